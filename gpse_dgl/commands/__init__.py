@@ -1,0 +1,1 @@
+"""One module per CLI verb; each exposes a click command named ``command``."""

@@ -1,0 +1,45 @@
+"""``gpse-dgl info``: versions, devices and which message-passing backend runs where."""
+from __future__ import annotations
+
+import platform
+
+import click
+
+
+def _version(module: str) -> str:
+    try:
+        mod = __import__(module)
+        return getattr(mod, "__version__", "installed")
+    except Exception as exc:  # noqa: BLE001 - report, don't fail
+        return f"not available ({type(exc).__name__})"
+
+
+@click.command("info")
+def command():
+    """Print versions (python, torch, dgl, rdkit, ogb), devices, and DGL kernel support per device.
+
+    \b
+    Example:
+      gpse-dgl info
+    """
+    import torch
+
+    from ..nn.ops import dgl_supports, resolve_backend
+
+    click.echo(f"gpse-dgl  {_version('gpse_dgl')}")
+    click.echo(f"python    {platform.python_version()} ({platform.platform()})")
+    for name in ("torch", "dgl", "rdkit", "ogb", "numpy", "scipy"):
+        click.echo(f"{name:<9} {_version(name)}")
+    click.echo(f"threads   torch uses {torch.get_num_threads()}")
+    devices = ["cpu"]
+    if torch.cuda.is_available():
+        devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        devices.append("mps")
+    click.echo("devices:")
+    for dev in devices:
+        kind = torch.device(dev).type
+        name = torch.cuda.get_device_name(torch.device(dev)) if kind == "cuda" else platform.processor() or "cpu"
+        ok = dgl_supports(kind)
+        click.echo(f"  {dev:<8} {name}; DGL kernels: {'yes' if ok else 'no'}; "
+                   f"message passing uses the {resolve_backend('auto', torch.device(dev))!r} backend")

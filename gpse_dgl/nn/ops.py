@@ -1,0 +1,195 @@
+"""Message-passing primitives with two interchangeable backends.
+
+``"dgl"``   DGL's fused sparse kernels (``dgl.ops``). The registry's DGL wheels are CPU-only, so this
+            backend needs the graph and the tensors on a device DGL was built for.
+``"torch"`` Plain ``torch`` gather / ``index_add_`` over the edge list. Runs wherever torch runs
+            (CUDA with a CPU-only DGL, MPS, ...).
+
+``"auto"`` (the default) picks ``"dgl"`` when DGL can run on the tensors' device and ``"torch"``
+otherwise. Override per call (``backend=``), per module (constructor argument) or process-wide with
+the ``GPSE_DGL_BACKEND`` environment variable. The two backends are tested against each other
+(values and gradients) in ``tests/test_ops.py``.
+
+All functions take a ``DGLGraph`` (which may stay on the CPU) and tensors on any device; the edge
+index is copied to the tensors' device once and cached on the graph object.
+
+Example
+-------
+>>> import dgl, torch
+>>> from gpse_dgl.nn import ops
+>>> g = dgl.graph(([0, 1, 2], [1, 2, 0]))
+>>> x = torch.ones(3, 4)
+>>> ops.copy_u_sum(g, x, backend="torch").shape
+torch.Size([3, 4])
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from .. import _env  # noqa: F401
+import dgl
+
+BACKENDS = ("auto", "dgl", "torch")
+
+
+@functools.lru_cache(maxsize=None)
+def dgl_supports(device_type: str) -> bool:
+    """Whether the installed DGL can run its kernels on ``device_type`` (``"cpu"``, ``"cuda"``, ...)."""
+    if device_type == "cpu":
+        return True
+    try:
+        g = dgl.graph(([0], [0])).to(torch.device(device_type))
+        dgl.ops.copy_u_sum(g, torch.ones(1, 1, device=device_type))
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not supported"
+        return False
+
+
+def resolve_backend(backend: str | None, device: torch.device) -> str:
+    """Turn ``None``/``"auto"`` into a concrete backend for tensors on ``device``."""
+    backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown message-passing backend {backend!r}; choose one of {BACKENDS}")
+    if backend == "auto":
+        return "dgl" if dgl_supports(torch.device(device).type) else "torch"
+    return backend
+
+
+def edge_index(graph: dgl.DGLGraph, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(src, dst)`` int64 tensors on ``device``; cached on the graph object per device."""
+    cache = graph.__dict__.setdefault("_gpse_edge_index", {})
+    key = str(device)
+    if key not in cache:
+        src, dst = graph.edges()
+        cache[key] = (src.to(device=device, dtype=torch.int64), dst.to(device=device, dtype=torch.int64))
+    return cache[key]
+
+
+def _dgl_graph_on(graph: dgl.DGLGraph, device: torch.device) -> dgl.DGLGraph:
+    if graph.device == device:
+        return graph
+    cache = graph.__dict__.setdefault("_gpse_graph_on", {})
+    if str(device) not in cache:
+        cache[str(device)] = graph.to(device)
+    return cache[str(device)]
+
+
+def _scatter_sum(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    out = values.new_zeros((size,) + values.shape[1:])
+    return out.index_add_(0, index, values)
+
+
+def u_add_v(graph, src_feat, dst_feat, backend=None):
+    """Per edge ``src_feat[u] + dst_feat[v]`` (shape ``(E, ...)``)."""
+    if resolve_backend(backend, src_feat.device) == "dgl":
+        return dgl.ops.u_add_v(_dgl_graph_on(graph, src_feat.device), src_feat, dst_feat)
+    src, dst = edge_index(graph, src_feat.device)
+    return src_feat[src] + dst_feat[dst]
+
+
+def u_dot_v(graph, src_feat, dst_feat, backend=None):
+    """Per edge dot product over the last dim, keeping it as size 1 (``(E, ..., 1)``)."""
+    if resolve_backend(backend, src_feat.device) == "dgl":
+        return dgl.ops.u_dot_v(_dgl_graph_on(graph, src_feat.device), src_feat, dst_feat)
+    src, dst = edge_index(graph, src_feat.device)
+    return (src_feat[src] * dst_feat[dst]).sum(-1, keepdim=True)
+
+
+def copy_u(graph, src_feat, backend=None):
+    """Per edge ``src_feat[u]``."""
+    src, _ = edge_index(graph, src_feat.device)
+    return src_feat[src]
+
+
+def copy_v(graph, dst_feat, backend=None):
+    """Per edge ``dst_feat[v]``."""
+    _, dst = edge_index(graph, dst_feat.device)
+    return dst_feat[dst]
+
+
+def copy_u_sum(graph, src_feat, backend=None):
+    """``out[v] = sum_{u -> v} src_feat[u]``."""
+    if resolve_backend(backend, src_feat.device) == "dgl":
+        return dgl.ops.copy_u_sum(_dgl_graph_on(graph, src_feat.device), src_feat)
+    src, dst = edge_index(graph, src_feat.device)
+    return _scatter_sum(src_feat[src], dst, graph.num_dst_nodes())
+
+
+def copy_u_mean(graph, src_feat, backend=None):
+    """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges)."""
+    if resolve_backend(backend, src_feat.device) == "dgl":
+        return dgl.ops.copy_u_mean(_dgl_graph_on(graph, src_feat.device), src_feat)
+    total = copy_u_sum(graph, src_feat, backend="torch")
+    deg = in_degrees(graph, src_feat.device).clamp(min=1).to(src_feat.dtype)
+    return total / deg.view(-1, *([1] * (total.dim() - 1)))
+
+
+def copy_e_sum(graph, edge_feat, backend=None):
+    """``out[v] = sum_{e = (u, v)} edge_feat[e]``."""
+    if resolve_backend(backend, edge_feat.device) == "dgl":
+        return dgl.ops.copy_e_sum(_dgl_graph_on(graph, edge_feat.device), edge_feat)
+    _, dst = edge_index(graph, edge_feat.device)
+    return _scatter_sum(edge_feat, dst, graph.num_dst_nodes())
+
+
+def u_mul_e_sum(graph, src_feat, edge_feat, backend=None):
+    """``out[v] = sum_{e = (u, v)} src_feat[u] * edge_feat[e]`` (broadcasting like DGL)."""
+    if resolve_backend(backend, src_feat.device) == "dgl":
+        return dgl.ops.u_mul_e_sum(_dgl_graph_on(graph, src_feat.device), src_feat, edge_feat)
+    src, dst = edge_index(graph, src_feat.device)
+    return _scatter_sum(src_feat[src] * edge_feat, dst, graph.num_dst_nodes())
+
+
+def in_degrees(graph, device) -> torch.Tensor:
+    """In-degree of every destination node as int64 on ``device``."""
+    _, dst = edge_index(graph, device)
+    return torch.bincount(dst, minlength=graph.num_dst_nodes())
+
+
+def edge_softmax(graph, logits, backend=None):
+    """Softmax of edge ``logits`` (``(E, ...)``) over the in-edges of each destination node."""
+    if resolve_backend(backend, logits.device) == "dgl":
+        from dgl.nn.functional import edge_softmax as _edge_softmax
+
+        return _edge_softmax(_dgl_graph_on(graph, logits.device), logits)
+    _, dst = edge_index(graph, logits.device)
+    n = graph.num_dst_nodes()
+    idx = dst.view(-1, *([1] * (logits.dim() - 1))).expand_as(logits)
+    # Subtract the per-node max for stability (no gradient needed through the max).
+    node_max = logits.new_full((n,) + logits.shape[1:], float("-inf"))
+    node_max = node_max.scatter_reduce(0, idx, logits.detach(), reduce="amax", include_self=True)
+    exp = (logits - node_max[dst]).exp()
+    denom = _scatter_sum(exp, dst, n)
+    return exp / denom[dst]
+
+
+def segment_ids(graph: dgl.DGLGraph, device) -> torch.Tensor:
+    """Graph index of every node of a batched graph (int64 on ``device``); cached."""
+    cache = graph.__dict__.setdefault("_gpse_segment_ids", {})
+    if str(device) not in cache:
+        counts = graph.batch_num_nodes().to(device)
+        cache[str(device)] = torch.repeat_interleave(torch.arange(len(counts), device=device), counts)
+    return cache[str(device)]
+
+
+def readout(graph: dgl.DGLGraph, feat: torch.Tensor, op: str = "sum") -> torch.Tensor:
+    """Per-graph ``sum``/``mean``/``max`` of node features of a batched graph -> ``(B, ...)``.
+
+    Pure torch, so it runs on any device; graphs without nodes give 0.
+    """
+    seg = segment_ids(graph, feat.device)
+    b = graph.batch_size
+    if op == "sum":
+        return _scatter_sum(feat, seg, b)
+    if op == "mean":
+        counts = graph.batch_num_nodes().to(feat.device).clamp(min=1).to(feat.dtype)
+        return _scatter_sum(feat, seg, b) / counts.view(-1, *([1] * (feat.dim() - 1)))
+    if op == "max":
+        idx = seg.view(-1, *([1] * (feat.dim() - 1))).expand_as(feat)
+        out = feat.new_full((b,) + feat.shape[1:], float("-inf"))
+        out = out.scatter_reduce(0, idx, feat, reduce="amax", include_self=True)
+        return torch.where(torch.isinf(out), torch.zeros_like(out), out)
+    raise ValueError(f"unknown readout {op!r}; choose sum, mean or max")

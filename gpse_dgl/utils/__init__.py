@@ -1,0 +1,1 @@
+"""Small helpers shared by every sub-package (no imports from the rest of gpse_dgl)."""
