@@ -149,6 +149,12 @@ def in_degrees(graph, device) -> torch.Tensor:
     return torch.bincount(dst, minlength=graph.num_dst_nodes())
 
 
+def out_degrees(graph, device) -> torch.Tensor:
+    """Out-degree of every source node as int64 on ``device`` (``num_src_nodes`` entries for blocks)."""
+    src, _ = edge_index(graph, device)
+    return torch.bincount(src, minlength=graph.num_src_nodes())
+
+
 def edge_softmax(graph, logits, backend=None):
     """Softmax of edge ``logits`` (``(E, ...)``) over the in-edges of each destination node."""
     if resolve_backend(backend, logits.device) == "dgl":
@@ -180,16 +186,93 @@ def readout(graph: dgl.DGLGraph, feat: torch.Tensor, op: str = "sum") -> torch.T
 
     Pure torch, so it runs on any device; graphs without nodes give 0.
     """
-    seg = segment_ids(graph, feat.device)
-    b = graph.batch_size
+    return segment_reduce(feat, segment_ids(graph, feat.device), graph.batch_size, op)
+
+
+def segment_reduce(feat: torch.Tensor, segment: torch.Tensor, num_segments: int, op: str = "sum") -> torch.Tensor:
+    """``sum``/``mean``/``max`` of the rows of ``feat`` grouped by ``segment`` (int64, any order).
+
+    Returns ``(num_segments, ...)``; segments without rows give 0. Pure torch (any device).
+    """
     if op == "sum":
-        return _scatter_sum(feat, seg, b)
+        return _scatter_sum(feat, segment, num_segments)
+    counts = torch.bincount(segment, minlength=num_segments)
+    shape = (-1,) + (1,) * (feat.dim() - 1)
     if op == "mean":
-        counts = graph.batch_num_nodes().to(feat.device).clamp(min=1).to(feat.dtype)
-        return _scatter_sum(feat, seg, b) / counts.view(-1, *([1] * (feat.dim() - 1)))
+        return _scatter_sum(feat, segment, num_segments) / counts.clamp(min=1).to(feat.dtype).view(shape)
     if op == "max":
-        idx = seg.view(-1, *([1] * (feat.dim() - 1))).expand_as(feat)
-        out = feat.new_full((b,) + feat.shape[1:], float("-inf"))
+        idx = segment.view(shape).expand_as(feat)
+        out = feat.new_full((num_segments,) + feat.shape[1:], float("-inf"))
         out = out.scatter_reduce(0, idx, feat, reduce="amax", include_self=True)
-        return torch.where(torch.isinf(out), torch.zeros_like(out), out)
+        return torch.where((counts > 0).view(shape), out, torch.zeros_like(out))
     raise ValueError(f"unknown readout {op!r}; choose sum, mean or max")
+
+
+# Edges per chunk of the no-grad CPU path of ``gated_sum``: a (chunk, d) float tensor stays in cache.
+_GATED_CHUNK_BYTES = 1 << 20
+
+
+def _dst_chunks(graph: dgl.DGLGraph, device: torch.device, chunk_edges: int):
+    """Split destination nodes into ranges of about ``chunk_edges`` in-edges; cached on the graph.
+
+    Returns a list of ``(start, stop, src, local_dst, block)``: the in-edges of destination nodes
+    ``start .. stop-1`` (sorted by destination), with ``local_dst = dst - start``, and a DGL block with
+    those edges (``None`` unless DGL supports ``device``).
+    """
+    cache = graph.__dict__.setdefault("_gpse_dst_chunks", {})
+    key = (str(device), chunk_edges)
+    if key in cache:
+        return cache[key]
+    src, dst = edge_index(graph, torch.device("cpu"))
+    n_src, n_dst = graph.num_src_nodes(), graph.num_dst_nodes()
+    order = torch.argsort(dst, stable=True)
+    src, dst = src[order], dst[order]
+    indptr = torch.zeros(n_dst + 1, dtype=torch.int64)
+    indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n_dst), 0)
+    num_edges = int(indptr[-1])
+    targets = torch.arange(chunk_edges, max(num_edges, chunk_edges), chunk_edges, dtype=torch.int64)
+    cuts = torch.searchsorted(indptr, targets, right=False).tolist()
+    bounds = sorted(set([0] + [min(max(c, 1), n_dst) for c in cuts] + [n_dst]))
+    with_block = dgl_supports(device.type)
+    chunks = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        lo, hi = int(indptr[a]), int(indptr[b])
+        s, d = src[lo:hi], dst[lo:hi] - a
+        block = None
+        if with_block:
+            block = dgl.create_block((s, d), num_src_nodes=n_src, num_dst_nodes=b - a, idtype=torch.int64)
+            block = block.to(device) if device.type != "cpu" else block
+        chunks.append((a, b, s.to(device), d.to(device), block))
+    cache[key] = chunks
+    return chunks
+
+
+def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=None):
+    """``out[v] = sum_{e = (u, v)} sigmoid(dst_gate[v] + src_gate[u]) * src_feat[u]``.
+
+    The residual-gated aggregation of ``ResGatedGraphConv``. With autograd recording (some input
+    requires grad) it is exactly ``u_mul_e_sum(graph, src_feat, sigmoid(u_add_v(graph, src_gate,
+    dst_gate)))``. Without it, on the CPU, the edges are processed in destination-sorted chunks of
+    ``chunk_edges`` (default: about 1 MiB of edge features) so that no ``(E, d)`` tensor is ever
+    allocated and each chunk stays in cache; the result is the same up to float summation order.
+    ``chunk_edges=0`` turns chunking off.
+    """
+    backend = resolve_backend(backend, src_feat.device)
+    needs_grad = torch.is_grad_enabled() and (
+        dst_gate.requires_grad or src_gate.requires_grad or src_feat.requires_grad)
+    if chunk_edges is None:
+        chunk_edges = max(64, _GATED_CHUNK_BYTES // max(1, src_feat[0:1].numel() * src_feat.element_size()))
+    if needs_grad or chunk_edges == 0 or src_feat.device.type != "cpu":
+        gate = u_add_v(graph, src_gate, dst_gate, backend=backend).sigmoid_()
+        return u_mul_e_sum(graph, src_feat, gate, backend=backend)
+    dst_gate, src_gate, src_feat = dst_gate.contiguous(), src_gate.contiguous(), src_feat.contiguous()
+    out = src_feat.new_zeros((graph.num_dst_nodes(),) + src_feat.shape[1:])
+    for a, b, s, d, block in _dst_chunks(graph, src_feat.device, int(chunk_edges)):
+        if backend == "dgl":
+            gate = dgl.ops.u_add_v(block, src_gate, dst_gate[a:b]).sigmoid_()
+            out[a:b] = dgl.ops.u_mul_e_sum(block, src_feat, gate)
+        else:
+            msg = src_gate.index_select(0, s).add_(dst_gate[a:b].index_select(0, d)).sigmoid_()
+            msg.mul_(src_feat.index_select(0, s))
+            out[a:b].index_add_(0, d, msg)
+    return out

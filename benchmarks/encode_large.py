@@ -1,0 +1,163 @@
+"""Time and peak memory of GPSE inference on an arXiv-size graph (exact layer-wise and neighbour-sampled).
+
+The graph is a uniform random directed graph with ogbn-arxiv's size (169,343 nodes, 1,166,243 edges;
+symmetrised before encoding, as GPSE expects), encoded with a randomly initialised 20 x 512 encoder (the
+published architecture; weights do not change the cost). Each mode runs in its own subprocess so that
+its peak resident memory (``ru_maxrss``) is its own; the report gives the peak and the resident memory
+before encoding (graph + model), so the difference is what inference needs.
+
+Sampled inference with the paper's fan-outs (30, 20, 10, then 5) builds a 20-hop computation graph per
+mini-batch, which covers most of the graph after a few hops; ``--sampled-batches K`` times only the first
+``K`` mini-batches and extrapolates to all seed nodes.
+
+Usage::
+
+    python benchmarks/encode_large.py                      # arXiv size, both modes
+    python benchmarks/encode_large.py --quick              # 20,000 nodes, 4 layers: a smoke test
+    python benchmarks/encode_large.py --modes layerwise --threads 2 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+ARXIV_NODES, ARXIV_EDGES = 169_343, 1_166_243
+
+
+def _rss_gb() -> float:
+    """Peak resident set size of this process so far, in GB (Linux reports KiB)."""
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale / 1e9
+
+
+def _current_rss_gb() -> float:
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e9
+    except OSError:
+        return float("nan")
+
+
+def run_one(args) -> dict:
+    """One mode in this process; returns the measurements."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from gpse_dgl.data.synthetic import random_graph
+    from gpse_dgl.encode import encode_large, encode_sampled
+    from gpse_dgl.encode.graphs import as_simple_undirected
+    from gpse_dgl.nn.gpse import GPSE
+
+    graph = random_graph(args.nodes, args.edges, seed=0, directed=True)
+    t0 = time.perf_counter()
+    graph = as_simple_undirected(graph)
+    prep_s = time.perf_counter() - t0
+    torch.manual_seed(0)
+    model = GPSE(dim_hidden=args.dim, num_layers=args.layers).eval()
+    baseline = _current_rss_gb()
+    result = {"mode": args.mode, "nodes": graph.num_nodes(), "directed_edges": graph.num_edges(),
+              "layers": args.layers, "dim": args.dim, "threads": torch.get_num_threads(),
+              "symmetrise_s": round(prep_s, 2), "rss_before_gb": round(baseline, 3)}
+    t0 = time.perf_counter()
+    if args.mode == "layerwise":
+        out = encode_large(model, graph, seed=0, chunk_edges=args.chunk_edges, undirected=False,
+                           progress=args.progress)
+        elapsed = time.perf_counter() - t0
+        result.update(seconds=round(elapsed, 2), nodes_per_s=round(graph.num_nodes() / elapsed, 1))
+    else:
+        fanouts = tuple(int(f) for f in args.fanouts.split(","))
+        if args.sampled_batches:
+            out, seeds = _sampled_prefix(model, graph, fanouts, args)
+            elapsed = time.perf_counter() - t0
+            rate = seeds / elapsed
+            result.update(seeds_timed=seeds, seconds_timed=round(elapsed, 2), nodes_per_s=round(rate, 1),
+                          seconds_extrapolated=round(graph.num_nodes() / rate, 1))
+        else:
+            out = encode_sampled(model, graph, seed=0, fanouts=fanouts, batch_size=args.sample_batch_size,
+                                 undirected=False, progress=args.progress)
+            elapsed = time.perf_counter() - t0
+            result.update(seconds=round(elapsed, 2), nodes_per_s=round(graph.num_nodes() / elapsed, 1))
+        result.update(fanouts=args.fanouts, sample_batch_size=args.sample_batch_size)
+    result["peak_rss_gb"] = round(_rss_gb(), 3)
+    result["finite"] = bool(out.isfinite().all())
+    return result
+
+
+def _sampled_prefix(model, graph, fanouts, args):
+    """Sampled inference for the seed nodes of the first ``args.sampled_batches`` mini-batches."""
+    import torch
+
+    from gpse_dgl.encode.functional import EncoderWeights
+    from gpse_dgl.encode.large_graph import sampled_forward
+    from gpse_dgl.nn.random_features import random_node_features
+
+    seeds = min(graph.num_nodes(), args.sampled_batches * args.sample_batch_size)
+    weights = EncoderWeights.from_model(model)
+    x = random_node_features(graph, model.dim_in, seed=0)
+    with torch.no_grad():
+        out = sampled_forward(weights, graph, x, fanouts=fanouts, batch_size=args.sample_batch_size, seed=0,
+                              nodes=torch.arange(seeds), progress=args.progress)
+    return out, seeds
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=ARXIV_NODES)
+    parser.add_argument("--edges", type=int, default=ARXIV_EDGES, help="undirected edges before symmetrising")
+    parser.add_argument("--layers", type=int, default=20)
+    parser.add_argument("--dim", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", os.cpu_count() or 1)))
+    parser.add_argument("--modes", default="layerwise,sampled", help="comma-separated: layerwise, sampled")
+    parser.add_argument("--chunk-edges", type=int, default=1 << 17)
+    parser.add_argument("--fanouts", default="30,20,10,5")
+    parser.add_argument("--sample-batch-size", type=int, default=1024)
+    parser.add_argument("--sampled-batches", type=int, default=4,
+                        help="time only this many sampled mini-batches and extrapolate (0: all)")
+    parser.add_argument("--quick", action="store_true", help="20,000 nodes, 60,000 edges, 4 layers")
+    parser.add_argument("--progress", action="store_true")
+    parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--mode", help=argparse.SUPPRESS)  # internal: run one mode in this process
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.nodes, args.edges, args.layers = 20_000, 60_000, 4
+    if args.mode:
+        print(json.dumps(run_one(args)))
+        return 0
+    results = []
+    for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+        cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode] + [
+            a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json" and not a.endswith(".json")]
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"{mode}: failed\n{proc.stderr}", file=sys.stderr)
+            return 1
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+        results.append(result)
+        print(_format(result), flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(results, fh, indent=2)
+    return 0
+
+
+def _format(r: dict) -> str:
+    head = (f"{r['mode']:<9} {r['nodes']:,} nodes, {r['directed_edges']:,} directed edges, "
+            f"{r['layers']} x {r['dim']}, {r['threads']} threads: ")
+    if "seconds_extrapolated" in r:
+        time_part = (f"{r['seconds_timed']} s for {r['seeds_timed']:,} seeds -> {r['nodes_per_s']:,} nodes/s, "
+                     f"~{r['seconds_extrapolated']:,} s for all nodes (fan-outs {r['fanouts']})")
+    else:
+        time_part = f"{r['seconds']} s ({r['nodes_per_s']:,} nodes/s)"
+    return (f"{head}{time_part}; peak RSS {r['peak_rss_gb']} GB (before encoding {r['rss_before_gb']} GB)"
+            f"{'' if r['finite'] else '; NON-FINITE OUTPUT'}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Graph sources: molecule skeletons, synthetic graphs, OGB datasets (submodules are imported on demand)."""

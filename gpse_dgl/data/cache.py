@@ -1,0 +1,158 @@
+"""Atomic, self-checking caches of processed graphs in DGL's binary format.
+
+A cache is two files: ``<path>`` written by ``dgl.save_graphs`` and ``<path>.meta.json`` holding the
+fingerprint it was built for, the file size and its SHA-256. Writing goes
+
+1. remove the old sidecar (from here on the cache reads as invalid),
+2. write ``<path>.tmp-<pid>``, then ``os.replace`` it onto ``<path>``,
+3. write the sidecar the same way, last.
+
+so an interrupted write never leaves a cache that validates: without a sidecar, or with a checksum that
+does not match, :func:`load_graphs_cached` returns None and the caller rebuilds. Loading never raises for
+a bad cache (missing, stale fingerprint, truncated, garbage); it logs why and returns None.
+
+The fingerprint is any JSON-able dict; :func:`fingerprint_of` builds the usual one (data source files by
+size and mtime, settings, package and DGL versions).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Iterable
+
+import torch
+
+from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["save_graphs_cached", "load_graphs_cached", "fingerprint_of", "CACHE_FORMAT"]
+
+CACHE_FORMAT = 1  # bump when the layout of cached graphs/labels changes
+
+
+def _sidecar(path: Path) -> Path:
+    return path.with_name(path.name + ".meta.json")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _canonical(fingerprint: dict) -> str:
+    # sort_keys + default=str: equal settings always serialise to the same string.
+    return json.dumps(fingerprint, sort_keys=True, default=str)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def fingerprint_of(sources: Iterable[str | os.PathLike] = (), **settings) -> dict:
+    """Fingerprint of a cache: source files (path, size, mtime), settings and versions.
+
+    Parameters
+    ----------
+    sources : iterable of path-like
+        Files the cached data is derived from; a changed size or mtime invalidates the cache.
+        Missing files are recorded as missing.
+    **settings
+        Any JSON-able options that change the processed result.
+    """
+    import dgl
+
+    from .. import __version__
+
+    files = []
+    for src in sources:
+        p = Path(src)
+        try:
+            st = p.stat()
+            files.append([str(p.resolve()), st.st_size, int(st.st_mtime)])
+        except OSError:
+            files.append([str(p), None, None])
+    return {"format": CACHE_FORMAT, "gpse_dgl": __version__, "dgl": dgl.__version__,
+            "sources": files, "settings": settings}
+
+
+def save_graphs_cached(path, graphs: list, labels: dict[str, torch.Tensor] | None, fingerprint: dict) -> bool:
+    """Write graphs and a dict of tensors to ``path`` atomically, with fingerprint and checksum sidecar.
+
+    Parameters
+    ----------
+    path : path-like
+        Cache file; its directory is created.
+    graphs : list of dgl.DGLGraph
+        Graphs to store (node/edge data included).
+    labels : dict of str to torch.Tensor or None
+        Extra tensors stored with the graphs (targets, split indices, ...).
+    fingerprint : dict
+        JSON-able description of what the cache was built from (see :func:`fingerprint_of`).
+
+    Returns
+    -------
+    bool
+        True when written; False (logged) when the location is not writable, so callers can go on with
+        the data they just built.
+    """
+    import dgl
+
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _sidecar(path).unlink(missing_ok=True)
+        dgl.save_graphs(str(tmp), list(graphs), dict(labels or {}))
+        os.replace(tmp, path)
+        meta = {"fingerprint": json.loads(_canonical(fingerprint)), "size": path.stat().st_size,
+                "sha256": _sha256(path)}
+        _atomic_write_text(_sidecar(path), json.dumps(meta, sort_keys=True, indent=1))
+        return True
+    except (OSError, dgl.DGLError) as exc:  # DGL reports failed writes as DGLError
+        log.warning("not caching to %s: %s", path, exc)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        return False
+
+
+def load_graphs_cached(path, fingerprint: dict):
+    """``(graphs, labels)`` from a cache written by :func:`save_graphs_cached`, or None.
+
+    None (with an INFO log saying why) when the cache or its sidecar is missing, the fingerprint differs,
+    the size or checksum does not match (torn or corrupt file), or DGL cannot read it. Never raises for
+    a bad cache.
+    """
+    import dgl
+
+    path = Path(path)
+    side = _sidecar(path)
+    if not path.is_file() or not side.is_file():
+        log.info("cache %s: missing, building", path)
+        return None
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+        if _canonical(meta["fingerprint"]) != _canonical(fingerprint):
+            log.info("cache %s: built from other data or settings, rebuilding", path)
+            return None
+        if path.stat().st_size != meta["size"] or _sha256(path) != meta["sha256"]:
+            log.warning("cache %s: checksum mismatch (torn or corrupt file), rebuilding", path)
+            return None
+        graphs, labels = dgl.load_graphs(str(path))
+    except Exception as exc:  # noqa: BLE001 - any failure means "rebuild", never a crash
+        log.warning("cache %s: unreadable (%s: %s), rebuilding", path, type(exc).__name__, exc)
+        return None
+    return graphs, dict(labels)

@@ -1,0 +1,373 @@
+"""Encode graphs with a pretrained GPSE: one batched graph (:func:`encode`) or a whole dataset
+(:func:`encode_dataset`), exactly and reproducibly.
+
+* **Eval mode.** BatchNorm uses its running statistics and dropout is off while encoding; the model's
+  previous mode is restored afterwards. No autograd graph is recorded.
+* **Input graphs** are given *without* virtual nodes (the encoder adds its own). GPSE was pretrained on
+  simple undirected graphs, so by default each graph is replaced by its simple undirected version
+  (:func:`~gpse_dgl.encode.graphs.as_simple_undirected`: directed edges such as ogbn-arxiv's citations
+  are symmetrised, self-loops and duplicates dropped); graphs that already are simple and undirected are
+  used as they are. ``undirected=False`` uses the edges as given, like PyG's ``precompute_GPSE``.
+* **Reproducible features.** With an integer ``seed``, each graph's random input features come from
+  its own generator seeded by ``(seed, hash of the graph's structure)``
+  (:func:`~gpse_dgl.nn.random_features.random_node_features`), so a graph's encoding does not depend on
+  the batch it is in, the batch size, the dataset order or the device. ``seed=None`` draws fresh
+  features every call (the reference behaviour). ``samples=K`` averages the encodings of ``K``
+  independent draws (draw ``k`` uses :func:`~gpse_dgl.encode.graphs.derive_seed`); the average of unit
+  vectors is not renormalised.
+* **Large graphs.** A batch whose plain forward would need more than ``max_forward_bytes`` of
+  activations is encoded layer by layer instead (:func:`~gpse_dgl.encode.large_graph.layerwise_forward`,
+  exact up to float rounding); :func:`encode_large` and :func:`encode_sampled` are the explicit forms.
+
+Example
+-------
+>>> import dgl
+>>> from gpse_dgl.nn.gpse import GPSE
+>>> from gpse_dgl.encode import encode, encode_dataset
+>>> model = GPSE(dim_hidden=16, num_layers=2).eval()
+>>> ring = dgl.graph(([0, 1, 2], [1, 2, 0]))                  # directed: symmetrised first
+>>> encode(model, ring, seed=0).shape
+torch.Size([3, 16])
+>>> out = encode_dataset(model, [ring, ring], batch_size=1, progress=False)
+>>> bool((out[0] == out[1]).all())                              # same graph, same encoding
+True
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Sequence
+
+import torch
+
+from .. import _env  # noqa: F401
+import dgl
+
+from .functional import EncoderWeights
+from .graphs import as_simple_undirected, derive_seed
+from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
+
+__all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "MAX_FORWARD_BYTES"]
+
+# Above this estimated activation size a batch is encoded layer by layer (see forward_bytes).
+MAX_FORWARD_BYTES = 1 << 30
+
+
+def _encoder(model):
+    """The bare encoder of a ``GPSE`` or ``GPSEForPretraining``."""
+    return getattr(model, "encoder", model)
+
+
+def _model_device(model) -> torch.device:
+    return _encoder(model).pre_linear.weight.device
+
+
+@contextlib.contextmanager
+def _inference(model, device):
+    """Eval mode and no autograd for the duration; the model's train/eval flag is restored after."""
+    encoder = _encoder(model)
+    if device is not None:
+        encoder.to(device)
+    was_training = encoder.training
+    encoder.eval()
+    try:
+        with torch.no_grad():
+            yield encoder
+    finally:
+        encoder.train(was_training)
+
+
+def forward_bytes(g: dgl.DGLGraph, dim: int, device) -> int:
+    """Estimated activation memory of one plain no-grad forward over ``g`` (virtual nodes included).
+
+    About six ``(N + B) x dim`` float tensors (state, four projections, aggregate), plus on non-CPU
+    devices one gate per edge (the CPU path of :func:`gpse_dgl.nn.ops.gated_sum` processes edges in
+    small chunks, except for the virtual node's ``N`` in-edges).
+    """
+    rows = g.num_nodes() + g.batch_size
+    edges = g.num_nodes() if torch.device(device).type == "cpu" else g.num_edges() + 2 * g.num_nodes()
+    return 4 * dim * (6 * rows + edges)
+
+
+def _prepare(g: dgl.DGLGraph, undirected: bool) -> dgl.DGLGraph:
+    return as_simple_undirected(g) if undirected else g
+
+
+def _check_x(x: torch.Tensor, g: dgl.DGLGraph, dim_in: int, samples: int) -> None:
+    if samples != 1:
+        raise ValueError("samples > 1 needs random features drawn here; do not pass x")
+    if tuple(x.shape) != (g.num_nodes(), dim_in):
+        raise ValueError(f"x must have shape ({g.num_nodes()}, {dim_in}), got {tuple(x.shape)}")
+
+
+def _draws(encoder, g, x, seed, samples, device):
+    """Input features of each of the ``samples`` draws, on ``device``."""
+    from ..nn.random_features import random_node_features
+
+    if x is not None:
+        yield x.to(device=device, dtype=torch.float32)
+        return
+    for k in range(samples):
+        sub_seed = None if seed is None else derive_seed(seed, k)
+        yield random_node_features(g, encoder.dim_in, seed=sub_seed, device=device)
+
+
+def _average(encodings) -> torch.Tensor:
+    total, count = None, 0
+    for enc in encodings:
+        total = enc if total is None else total.add_(enc)
+        count += 1
+    return total if count == 1 else total.div_(count)
+
+
+def _forward(encoder, g, x, device, max_forward_bytes, chunk_edges, progress) -> torch.Tensor:
+    """One exact forward: the module's own, or layer by layer when it would need too much memory."""
+    if forward_bytes(g, encoder.dim_hidden, device) <= max_forward_bytes:
+        return encoder(g, x)
+    weights = EncoderWeights.from_model(encoder).to(device)
+    return layerwise_forward(weights, g, x, chunk_edges=chunk_edges, progress=progress)
+
+
+def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0, samples: int = 1,
+           batch_size: int | None = None, device=None, undirected: bool = True,
+           max_forward_bytes: int = MAX_FORWARD_BYTES) -> torch.Tensor:
+    """GPSE encodings of every node of a graph or batched graph.
+
+    Parameters
+    ----------
+    model : GPSE or GPSEForPretraining
+        A pretrained encoder (:func:`~gpse_dgl.encode.load_gpse`); run in eval mode here.
+    g : DGLGraph
+        Graph or ``dgl.batch`` of graphs, without virtual nodes, on the CPU.
+    x : Tensor, optional
+        ``(g.num_nodes(), model.dim_in)`` input features to use instead of random ones.
+    seed : int or None
+        Seed of the random features (see the module docstring); None: a fresh draw.
+    samples : int
+        Average the encodings of this many draws of random features.
+    batch_size : int, optional
+        Member graphs per forward pass (default: all at once). Does not change the result.
+    device : str or torch.device, optional
+        Where to compute (the model is moved there); default: the model's device.
+    undirected : bool
+        Encode the simple undirected version of each graph (default; see the module docstring).
+    max_forward_bytes : int
+        Activation budget of a plain forward; larger batches are encoded layer by layer.
+
+    Returns
+    -------
+    Tensor
+        ``(g.num_nodes(), model.dim_hidden)`` float32 on the CPU, rows in node order.
+
+    Examples
+    --------
+    >>> import dgl
+    >>> from gpse_dgl.nn.gpse import GPSE
+    >>> model = GPSE(dim_hidden=8, num_layers=2)
+    >>> g = dgl.batch([dgl.graph(([0, 1], [1, 0])), dgl.graph(([0, 1, 2], [1, 2, 0]))])
+    >>> encode(model, g, batch_size=1).shape
+    torch.Size([5, 8])
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    device = torch.device(device) if device is not None else _model_device(model)
+    with _inference(model, device) as encoder:
+        if x is not None:
+            _check_x(x, g, encoder.dim_in, samples)
+        prepared = _prepare(g, undirected)
+        if batch_size is None or prepared.batch_size <= batch_size:
+            parts, xs = [prepared], [x]
+        else:
+            members = dgl.unbatch(prepared)
+            parts = [dgl.batch(members[i:i + batch_size]) for i in range(0, len(members), batch_size)]
+            xs = [None] * len(parts) if x is None else list(x.split([p.num_nodes() for p in parts]))
+        out = []
+        for part, x_part in zip(parts, xs):
+            out.append(_average(_forward(encoder, part, xk, device, max_forward_bytes, DEFAULT_CHUNK_EDGES,
+                                         False).cpu()
+                                for xk in _draws(encoder, part, x_part, seed, samples, device)))
+        return torch.cat(out) if len(out) > 1 else out[0]
+
+
+def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
+                 samples: int = 1, device=None, undirected: bool = True,
+                 chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: bool = False) -> torch.Tensor:
+    """Exact encodings of a large graph with bounded memory (layer by layer over node chunks).
+
+    Same result as :func:`encode` up to float rounding, holding only the current layer's state (see
+    :mod:`gpse_dgl.encode.large_graph`). Parameters as in :func:`encode`, plus ``chunk_edges`` (most
+    edge gates held at once) and ``progress`` (a bar over layers).
+
+    Examples
+    --------
+    >>> import dgl
+    >>> from gpse_dgl.nn.gpse import GPSE
+    >>> model = GPSE(dim_hidden=8, num_layers=2)
+    >>> g = dgl.rand_graph(500, 2000)
+    >>> encode_large(model, g).shape
+    torch.Size([500, 8])
+    """
+    device = torch.device(device) if device is not None else _model_device(model)
+    with _inference(model, device) as encoder:
+        if x is not None:
+            _check_x(x, g, encoder.dim_in, samples)
+        prepared = _prepare(g, undirected)
+        weights = EncoderWeights.from_model(encoder).to(device)
+        return _average(layerwise_forward(weights, prepared, xk, chunk_edges=chunk_edges, progress=progress).cpu()
+                        for xk in _draws(encoder, prepared, x, seed, samples, device))
+
+
+def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
+                   samples: int = 1, fanouts: Sequence[int] = DEFAULT_FANOUTS, batch_size: int = 1024,
+                   device=None, undirected: bool = True, nodes: torch.Tensor | None = None,
+                   progress: bool = False) -> torch.Tensor:
+    """Approximate encodings from neighbour-sampled computation graphs (DGL's MultiLayerNeighborSampler).
+
+    ``fanouts`` lists the neighbours sampled per node, nearest hop (the last layer) first, the last
+    value repeating for the remaining layers: the paper's ogbn-proteins setting ``(30, 20, 10, 5)``.
+    The virtual node is sampled like any neighbour and aggregates only its sampled in-neighbours, so
+    encodings are approximations, exact only when every fan-out covers the largest in-degree (the
+    virtual node's: the graph's node count) or is ``-1``; see :mod:`gpse_dgl.encode.large_graph`.
+    ``seed`` also seeds the neighbour sampling (draw ``k`` with ``derive_seed(seed, k)``).
+    ``batch_size`` is the number of seed nodes per mini-batch; ``nodes`` restricts the encoding to these
+    nodes (rows of the result follow ``nodes``). Other parameters as in :func:`encode`.
+
+    Examples
+    --------
+    >>> import dgl
+    >>> from gpse_dgl.nn.gpse import GPSE
+    >>> model = GPSE(dim_hidden=8, num_layers=3)
+    >>> encode_sampled(model, dgl.rand_graph(300, 1500), fanouts=(10, 5), batch_size=128).shape
+    torch.Size([300, 8])
+    """
+    device = torch.device(device) if device is not None else _model_device(model)
+    with _inference(model, device) as encoder:
+        if x is not None:
+            _check_x(x, g, encoder.dim_in, samples)
+        prepared = _prepare(g, undirected)
+        weights = EncoderWeights.from_model(encoder).to(device)
+        draws = _draws(encoder, prepared, x, seed, samples, device)
+        return _average(
+            sampled_forward(weights, prepared, xk, fanouts=fanouts, batch_size=batch_size,
+                            seed=None if seed is None else derive_seed(seed, k), nodes=nodes,
+                            progress=progress).cpu()
+            for k, xk in enumerate(draws))
+
+
+def _batches(graphs: list, batch_size: int, device, dim: int, max_forward_bytes: int):
+    """Consecutive groups of at most ``batch_size`` graphs; a graph too large for a plain forward alone."""
+    group: list = []
+    for index, g in enumerate(graphs):
+        if forward_bytes(g, dim, device) > max_forward_bytes:
+            if group:
+                yield group
+                group = []
+            yield [index]
+            continue
+        group.append(index)
+        if len(group) == batch_size:
+            yield group
+            group = []
+    if group:
+        yield group
+
+
+def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256, seed: int | None = 0,
+                   samples: int = 1, progress: bool = True, device=None, undirected: bool = True,
+                   store: str | None = None, sampled: bool = False, fanouts: Sequence[int] | None = None,
+                   sample_batch_size: int = 1024, max_forward_bytes: int = MAX_FORWARD_BYTES,
+                   chunk_edges: int = DEFAULT_CHUNK_EDGES) -> list:
+    """GPSE encodings of every graph of a dataset, batched.
+
+    Parameters
+    ----------
+    model : GPSE or GPSEForPretraining
+        A pretrained encoder.
+    graphs : sequence of DGLGraph
+        The graphs (a node-level dataset has one), without virtual nodes.
+    batch_size : int
+        Graphs per forward pass. Does not change the result.
+    seed, samples, device, undirected, max_forward_bytes
+        As in :func:`encode`.
+    progress : bool
+        Show a progress bar over graphs (and over layers for a large graph).
+    store : str, optional
+        Also write each encoding to ``graphs[i].ndata[store]`` (e.g. ``"gpse"``).
+    sampled : bool
+        Encode each graph with :func:`encode_sampled` (meant for large single graphs) instead of exactly.
+    fanouts : sequence of int, optional
+        Fan-outs for ``sampled`` (default ``(30, 20, 10, 5)``).
+    sample_batch_size : int
+        Seed nodes per mini-batch for ``sampled``.
+    chunk_edges : int
+        Memory bound of layer-wise inference for large graphs (see :func:`encode_large`).
+
+    Returns
+    -------
+    list of Tensor
+        ``(n_i, model.dim_hidden)`` float32 CPU tensors, in the order of ``graphs``.
+
+    Examples
+    --------
+    >>> import dgl
+    >>> from gpse_dgl.nn.gpse import GPSE
+    >>> model = GPSE(dim_hidden=8, num_layers=2)
+    >>> graphs = [dgl.graph(([0, 1], [1, 0])), dgl.graph(([0, 1, 2], [1, 2, 0]))]
+    >>> [e.shape[0] for e in encode_dataset(model, graphs, store="gpse", progress=False)]
+    [2, 3]
+    >>> graphs[1].ndata["gpse"].shape
+    torch.Size([3, 8])
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    graphs = list(graphs)
+    device = torch.device(device) if device is not None else _model_device(model)
+    dim = _encoder(model).dim_hidden
+    out: list = [None] * len(graphs)
+    bar = _bar(len(graphs), progress)
+    try:
+        if sampled:
+            for i, g in enumerate(graphs):
+                out[i] = encode_sampled(model, g, seed=seed, samples=samples, fanouts=fanouts or DEFAULT_FANOUTS,
+                                        batch_size=sample_batch_size, device=device, undirected=undirected,
+                                        progress=progress and len(graphs) == 1)
+                _advance(bar, [g])
+        else:
+            for group in _batches(graphs, batch_size, device, dim, max_forward_bytes):
+                members = [graphs[i] for i in group]
+                if len(group) == 1 and forward_bytes(members[0], dim, device) > max_forward_bytes:
+                    encodings = [encode_large(model, members[0], seed=seed, samples=samples, device=device,
+                                              undirected=undirected, chunk_edges=chunk_edges, progress=progress)]
+                else:
+                    batch = dgl.batch([_prepare(g, undirected) for g in members])
+                    joined = encode(model, batch, seed=seed, samples=samples, device=device, undirected=False,
+                                    max_forward_bytes=max_forward_bytes)
+                    encodings = joined.split([g.num_nodes() for g in members])
+                for i, enc in zip(group, encodings):
+                    out[i] = enc
+                _advance(bar, members)
+    finally:
+        if bar is not None:
+            bar.close()
+    if store:
+        for g, enc in zip(graphs, out):
+            g.ndata[store] = enc
+    return out
+
+
+def _bar(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="GPSE encoding", unit="graph", dynamic_ncols=True)
+
+
+def _advance(bar, members) -> None:
+    if bar is None:
+        return
+    bar.update(len(members))
+    nodes = bar.__dict__.setdefault("_gpse_nodes", 0) + sum(g.num_nodes() for g in members)
+    bar.__dict__["_gpse_nodes"] = nodes
+    elapsed = bar.format_dict.get("elapsed") or 0.0
+    if elapsed > 0:
+        bar.set_postfix_str(f"{nodes / elapsed:,.0f} nodes/s", refresh=False)

@@ -1,0 +1,161 @@
+"""Residual gated graph convolution (the message-passing layer of GPSE)."""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .. import _env  # noqa: F401
+import dgl
+
+from . import ops
+
+__all__ = ["ResGatedConv"]
+
+
+class ResGatedConv(nn.Module):
+    r"""Residual gated graph convolution from `Residual Gated Graph ConvNets
+    <https://arxiv.org/abs/1711.07553>`__, as implemented by PyG's ``ResGatedGraphConv``
+    (sum aggregation, no edge features).
+
+    .. math::
+        h_i^{\prime} = W_{skip} h_i + \sum_{j \rightarrow i} \eta_{ij} \odot (W_{value} h_j + b_{value}) + b
+
+    with the per-edge, per-channel gate
+
+    .. math::
+        \eta_{ij} = \sigma\left(W_{key} h_i + b_{key} + W_{query} h_j + b_{query}\right)
+
+    where :math:`i` is the destination and :math:`j` the source of an edge and :math:`\sigma` is the
+    sigmoid. The key, query and value maps have a bias, the skip map has none; :math:`b` is an optional
+    output bias (PyG's ``bias`` argument; GPSE uses ``bias=False`` because a BatchNorm follows).
+
+    The four maps are stored as one fused ``weight`` of shape ``(4 * out_feats, in_feats)`` whose row
+    blocks are key, query, value, skip (in that order) and one ``kqv_bias`` of shape
+    ``(3 * out_feats,)``; one matrix product computes all four. The gated aggregation is
+    :func:`gpse_dgl.nn.ops.gated_sum` (``u_add_v`` -> sigmoid -> ``u_mul_e_sum``), so it runs on DGL's
+    kernels or on plain torch depending on ``backend``.
+
+    Parameters
+    ----------
+    in_feats : int
+        Input feature size :math:`d_{in}`.
+    out_feats : int
+        Output feature size :math:`d_{out}`.
+    bias : bool, optional
+        Learn the output bias :math:`b`. Default: ``True``.
+    backend : str, optional
+        Message-passing backend, ``"dgl"``, ``"torch"`` or ``"auto"``/``None`` (see
+        :mod:`gpse_dgl.nn.ops`).
+
+    Example
+    -------
+    >>> import dgl, torch
+    >>> from gpse_dgl.nn.gated_conv import ResGatedConv
+    >>> g = dgl.graph(([0, 1, 2, 3, 2, 5], [1, 2, 3, 4, 0, 3]))
+    >>> feat = torch.ones(6, 10)
+    >>> conv = ResGatedConv(10, 2)
+    >>> conv(g, feat).shape
+    torch.Size([6, 2])
+
+    On a bipartite block pass ``(src_feat, dst_feat)``; key and skip read the destination features,
+    query and value the source features.
+    """
+
+    def __init__(self, in_feats: int, out_feats: int, bias: bool = True, backend: str | None = None):
+        super().__init__()
+        self.in_feats = int(in_feats)
+        self.out_feats = int(out_feats)
+        self.backend = backend
+        self.weight = nn.Parameter(torch.empty(4 * self.out_feats, self.in_feats))
+        self.kqv_bias = nn.Parameter(torch.empty(3 * self.out_feats))
+        if bias:
+            self.bias = nn.Parameter(torch.empty(self.out_feats))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """Re-initialise like ``torch.nn.Linear`` (and PyG's ``ResGatedGraphConv``): weights and the
+        key/query/value biases uniform in :math:`\\pm 1/\\sqrt{d_{in}}`, output bias zero."""
+        bound = 1.0 / math.sqrt(self.in_feats) if self.in_feats > 0 else 0.0
+        # kaiming_uniform_(a=sqrt(5)) on each (out, in) block == uniform(-1/sqrt(in), 1/sqrt(in)).
+        nn.init.uniform_(self.weight, -bound, bound)
+        nn.init.uniform_(self.kqv_bias, -bound, bound)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_feats}, {self.out_feats}, bias={self.bias is not None}, backend={self.backend!r}"
+
+    def _block(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        d = self.out_feats
+        w = self.weight[i * d:(i + 1) * d]
+        b = self.kqv_bias[i * d:(i + 1) * d] if i < 3 else None
+        return w, b
+
+    def _project(self, feat_src, feat_dst, workspace):
+        """``(key, query, value, skip)``, each ``(n, out_feats)`` and contiguous."""
+        if torch.is_grad_enabled() and (self.weight.requires_grad or self.kqv_bias.requires_grad
+                                        or feat_src.requires_grad or feat_dst.requires_grad):
+            # Four products (same arithmetic as one fused product) so that key, query and value come
+            # out contiguous: DGL's kernels would otherwise copy column slices of a fused output.
+            wk, bk = self._block(0)
+            wq, bq = self._block(1)
+            wv, bv = self._block(2)
+            ws, _ = self._block(3)
+            return (F.linear(feat_dst, wk, bk), F.linear(feat_src, wq, bq), F.linear(feat_src, wv, bv),
+                    F.linear(feat_dst, ws))
+        # No autograd: write the four products into one (4, n, d) buffer (reused across layers by the
+        # caller through ``workspace``) so every part is contiguous and no large tensor is allocated.
+        d = self.out_feats
+        n = max(feat_src.shape[0], feat_dst.shape[0])
+        if (workspace is None or workspace.shape[1:] != (n, d) or workspace.shape[0] < 4
+                or workspace.dtype != feat_src.dtype or workspace.device != feat_src.device):
+            workspace = feat_src.new_empty((4, n, d))
+        parts = []
+        for i, x in enumerate((feat_dst, feat_src, feat_src, feat_dst)):
+            w, b = self._block(i)
+            out = workspace[i, : x.shape[0]]
+            if b is None:
+                torch.mm(x, w.t(), out=out)
+            else:
+                torch.addmm(b, x, w.t(), out=out)
+            parts.append(out)
+        return tuple(parts)
+
+    def forward(self, graph: dgl.DGLGraph, feat, *, workspace: torch.Tensor | None = None) -> torch.Tensor:
+        """Apply the layer.
+
+        Parameters
+        ----------
+        graph : dgl.DGLGraph
+            The graph (or a block); it may stay on the CPU while ``feat`` is on another device.
+        feat : torch.Tensor or pair of torch.Tensor
+            ``(N, in_feats)`` node features, or ``(src_feat, dst_feat)`` for a bipartite graph/block.
+        workspace : torch.Tensor, optional
+            A ``(4, N, out_feats)`` scratch buffer used (and overwritten) when autograd is off; lets a
+            stack of layers share one buffer instead of allocating a large tensor per layer.
+
+        Returns
+        -------
+        torch.Tensor
+            ``(num_dst_nodes, out_feats)``.
+        """
+        if isinstance(feat, (tuple, list)):
+            feat_src, feat_dst = feat
+        elif graph.is_block:
+            feat_src, feat_dst = feat, feat[: graph.num_dst_nodes()]
+        else:
+            feat_src = feat_dst = feat
+        key, query, value, skip = self._project(feat_src, feat_dst, workspace)
+        out = ops.gated_sum(graph, key, query, value, backend=self.backend)
+        if torch.is_grad_enabled() and (out.requires_grad or skip.requires_grad):
+            out = out + skip
+            return out + self.bias if self.bias is not None else out
+        out += skip
+        if self.bias is not None:
+            out += self.bias
+        return out

@@ -1,0 +1,355 @@
+"""GPSE: the Graph Positional and Structural Encoder (Cantürk et al., ICML 2024) on DGL.
+
+Three modules:
+
+* :class:`GPSE`, the encoder: random node features -> 512-d unit-norm encodings.
+* :class:`GPSEHeads`, the pretraining heads: one small MLP per node-level target column and one MLP
+  on the pooled graph representation for the graph-level targets.
+* :class:`GPSEForPretraining`, encoder + heads.
+
+The computation is the one of PyG's ``torch_geometric.nn.GPSE`` (GraphGym layout, default arguments),
+which is what the authors' published checkpoints contain; :mod:`gpse_dgl.nn.pyg_compat` converts
+those checkpoints. Every module has ``to_config()`` / ``from_config(config)`` with plain dicts, so a
+checkpoint can store ``{"config": model.to_config(), "state_dict": model.state_dict()}`` and rebuild:
+
+>>> from gpse_dgl.nn.gpse import GPSEForPretraining
+>>> model = GPSEForPretraining.from_config({"encoder": {"dim_hidden": 16, "num_layers": 2}})
+>>> clone = GPSEForPretraining.from_config(model.to_config())
+>>> clone.load_state_dict(model.state_dict())
+<All keys matched successfully>
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .. import _env  # noqa: F401
+import dgl
+
+from .gated_conv import ResGatedConv
+from .random_features import random_node_features
+from .virtual_node import VirtualNodeInfo, add_virtual_nodes, no_virtual_nodes, pool
+
+__all__ = ["GPSE", "GPSEHeads", "GPSEForPretraining"]
+
+_POOLING = {"sum": "sum", "add": "sum", "mean": "mean", "max": "max"}
+
+
+def _wants_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+class GPSE(nn.Module):
+    r"""The GPSE encoder: a deep residual gated GCN over the graph plus one virtual node per graph.
+
+    With :math:`x` the ``(N, dim_in)`` random node features (zeros for virtual nodes):
+
+    .. math::
+        h^{(0)} &= \mathrm{normalize}\big(\mathrm{ReLU}(\mathrm{Dropout}(\mathrm{BN}(W_0 x)))\big) \\
+        h^{(l+1)} &= h^{(l)} + \mathrm{normalize}\big(\mathrm{ReLU}(\mathrm{Dropout}(\mathrm{BN}_l(
+            \mathrm{ResGatedConv}_l(h^{(l)}))))\big), \quad l = 0 .. L-1 \\
+        \mathrm{GPSE}(x) &= \mathrm{normalize}(h^{(L)})
+
+    where ``normalize`` scales every row to unit L2 norm (``F.normalize``, eps 1e-12), :math:`W_0` has no
+    bias, and the convolutions (:class:`~gpse_dgl.nn.gated_conv.ResGatedConv`) have no output bias.
+    This is exactly the order of PyG's ``GPSE`` (``GeneralLayer``: layer -> BatchNorm -> Dropout ->
+    activation -> L2 norm; ``GNNStackStage`` with ``skipsum`` and a final L2 norm).
+
+    Parameters
+    ----------
+    dim_in : int
+        Random input features per node. Default 20.
+    dim_hidden : int
+        Width of every layer and of the encoding. Default 512.
+    num_layers : int
+        Message-passing layers. Default 20.
+    dropout : float
+        Dropout after every BatchNorm. Default 0.2.
+    virtual_node : bool
+        Add one virtual node per graph (joined both ways to every node, zero input). Default True.
+    backend : str, optional
+        Message-passing backend for every layer (``"dgl"``, ``"torch"``, ``"auto"``/``None``).
+
+    Example
+    -------
+    >>> import dgl, torch
+    >>> from gpse_dgl.nn.gpse import GPSE
+    >>> enc = GPSE(dim_hidden=32, num_layers=3).eval()
+    >>> g = dgl.batch([dgl.graph(([0, 1, 1, 2], [1, 0, 2, 1])), dgl.graph(([0, 1], [1, 0]))])
+    >>> enc(g, seed=0).shape
+    torch.Size([5, 32])
+    """
+
+    def __init__(self, dim_in: int = 20, dim_hidden: int = 512, num_layers: int = 20, dropout: float = 0.2,
+                 virtual_node: bool = True, backend: str | None = None):
+        super().__init__()
+        self.dim_in = int(dim_in)
+        self.dim_hidden = int(dim_hidden)
+        self.num_layers = int(num_layers)
+        self.virtual_node = bool(virtual_node)
+        self.pre_linear = nn.Linear(self.dim_in, self.dim_hidden, bias=False)
+        self.pre_norm = nn.BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1)
+        self.convs = nn.ModuleList(
+            ResGatedConv(self.dim_hidden, self.dim_hidden, bias=False, backend=backend)
+            for _ in range(self.num_layers))
+        self.norms = nn.ModuleList(
+            nn.BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1) for _ in range(self.num_layers))
+        self.dropout = nn.Dropout(float(dropout))
+        self._backend = backend
+
+    # ------------------------------------------------------------------ config
+    def to_config(self) -> dict[str, Any]:
+        """Constructor arguments (without ``backend``) as a plain dict."""
+        return {"dim_in": self.dim_in, "dim_hidden": self.dim_hidden, "num_layers": self.num_layers,
+                "dropout": self.dropout.p, "virtual_node": self.virtual_node}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | None = None, backend: str | None = None) -> "GPSE":
+        """Build from :meth:`to_config` output (missing keys take the paper defaults)."""
+        return cls(**dict(config or {}), backend=backend)
+
+    @property
+    def backend(self) -> str | None:
+        return self._backend
+
+    @backend.setter
+    def backend(self, value: str | None):
+        self._backend = value
+        for conv in self.convs:
+            conv.backend = value
+
+    def reset_parameters(self):
+        """Re-initialise all weights (PyTorch defaults) and BatchNorm statistics."""
+        self.pre_linear.reset_parameters()
+        self.pre_norm.reset_parameters()
+        for conv, norm in zip(self.convs, self.norms):
+            conv.reset_parameters()
+            norm.reset_parameters()
+
+    # ------------------------------------------------------------------ forward
+    def prepare(self, graph: dgl.DGLGraph) -> tuple[dgl.DGLGraph, VirtualNodeInfo]:
+        """The graph the layers run on and its row layout (virtual nodes appended when enabled)."""
+        return add_virtual_nodes(graph) if self.virtual_node else no_virtual_nodes(graph)
+
+    def forward_all(self, graph: dgl.DGLGraph, x: torch.Tensor | None = None, *, seed: int | None = None,
+                    graph_keys=None) -> tuple[torch.Tensor, VirtualNodeInfo]:
+        """Final states of all rows, real nodes first, then one virtual node per graph.
+
+        Parameters
+        ----------
+        graph : dgl.DGLGraph
+            A graph or a batch of graphs (may stay on the CPU while the model is elsewhere).
+        x : torch.Tensor, optional
+            ``(N, dim_in)`` input features of the real nodes. Default: standard-normal features from
+            :func:`~gpse_dgl.nn.random_features.random_node_features` with ``seed``/``graph_keys``
+            (``seed=None``: a fresh draw, as in pretraining).
+
+        Returns
+        -------
+        h : torch.Tensor
+            ``(N + B, dim_hidden)`` with virtual nodes, ``(N, dim_hidden)`` without.
+        info : VirtualNodeInfo
+            ``info.real(h)`` are the node encodings, ``info.virtual(h)`` the virtual-node states.
+        """
+        aug, info = self.prepare(graph)
+        device = self.pre_linear.weight.device
+        if x is None:
+            x = random_node_features(graph, self.dim_in, seed=seed, graph_keys=graph_keys, device=device)
+        if x.shape != (info.num_real, self.dim_in):
+            raise ValueError(f"x must have shape ({info.num_real}, {self.dim_in}), got {tuple(x.shape)}")
+        if info.num_virtual:
+            x = torch.cat([x, x.new_zeros(info.num_virtual, self.dim_in)])
+        grad = _wants_grad(x, *self.parameters())
+
+        h = self.pre_linear(x)
+        h = self.dropout(self.pre_norm(h))
+        h = F.normalize(F.relu(h), p=2.0, dim=1)
+        if grad:
+            for conv, norm in zip(self.convs, self.norms):
+                y = F.relu(self.dropout(norm(conv(aug, h))))
+                h = h + F.normalize(y, p=2.0, dim=1)
+            return F.normalize(h, p=2.0, dim=1), info
+        # No autograd: same operations, in place where possible, one shared projection buffer.
+        workspace = h.new_empty((4, h.shape[0], self.dim_hidden)) if self.num_layers else None
+        for conv, norm in zip(self.convs, self.norms):
+            y = self.dropout(norm(conv(aug, h, workspace=workspace))).relu_()
+            h.addcdiv_(y, torch.linalg.vector_norm(y, dim=1, keepdim=True).clamp_min_(1e-12))
+        return h.div_(torch.linalg.vector_norm(h, dim=1, keepdim=True).clamp_min_(1e-12)), info
+
+    def forward(self, graph: dgl.DGLGraph, x: torch.Tensor | None = None, *, seed: int | None = None,
+                graph_keys=None) -> torch.Tensor:
+        """GPSE encodings of the real nodes, ``(N, dim_hidden)`` (see :meth:`forward_all`)."""
+        h, info = self.forward_all(graph, x, seed=seed, graph_keys=graph_keys)
+        return info.real(h)
+
+    def graph_representation(self, graph: dgl.DGLGraph, x: torch.Tensor | None = None, pooling: str = "sum",
+                             *, seed: int | None = None, graph_keys=None) -> torch.Tensor:
+        """Pooled ``(B, dim_hidden)`` graph states over real nodes and the virtual node (the input of the
+        graph head)."""
+        h, info = self.forward_all(graph, x, seed=seed, graph_keys=graph_keys)
+        return pool(h, info, _POOLING[pooling])
+
+
+class GPSEHeads(nn.Module):
+    r"""GPSE pretraining heads.
+
+    Node head ``k`` (one per node-level target column, applied to the real nodes):
+
+    .. math::
+        \hat y_{ik} = w_k^\top \mathrm{normalize}\big(\mathrm{ReLU}(\mathrm{Dropout}(A_k h_i + a_k))\big)
+            + c_k, \qquad A_k \in \mathbb{R}^{H \times D}
+
+    Graph head on the pooled states :math:`p_b` of graph :math:`b` (all real nodes plus the virtual
+    node, sum pooling by default):
+
+    .. math::
+        \hat z_b = W_2\,\mathrm{normalize}\big(\mathrm{ReLU}(\mathrm{Dropout}(W_1 p_b + b_1))\big) + b_2
+
+    This is PyG's ``GNNInductiveHybridMultiHead`` with ``layers_post_mp=2``, no BatchNorm, L2 norm on.
+    The node heads are evaluated together: the first layers as one ``(K*H) x D`` product, the second as
+    a batched dot product (same arithmetic as ``K`` separate MLPs).
+
+    Parameters
+    ----------
+    dim_in : int
+        Encoder width ``D``. Default 512.
+    num_node_targets : int
+        Node-level target columns ``K``. Default 51.
+    num_graph_targets : int
+        Graph-level target columns. Default 11.
+    node_hidden : int
+        Hidden width ``H`` of every node head. Default 32.
+    graph_hidden : int
+        Hidden width of the graph head. Default 512.
+    dropout : float
+        Dropout in the hidden layers. Default 0.2.
+    pooling : str
+        ``"sum"`` (alias ``"add"``), ``"mean"`` or ``"max"`` over real nodes and the virtual node.
+
+    Example
+    -------
+    >>> import torch
+    >>> from gpse_dgl.nn.gpse import GPSEHeads
+    >>> from gpse_dgl.nn.virtual_node import VirtualNodeInfo
+    >>> heads = GPSEHeads(dim_in=8, num_node_targets=3, num_graph_targets=2, node_hidden=4, graph_hidden=8)
+    >>> info = VirtualNodeInfo(3, 1, 1, torch.tensor([3]), torch.tensor([0, 0, 0, 0]))
+    >>> node_pred, graph_pred = heads(torch.randn(4, 8), info)
+    >>> node_pred.shape, graph_pred.shape
+    (torch.Size([3, 3]), torch.Size([1, 2]))
+    """
+
+    def __init__(self, dim_in: int = 512, num_node_targets: int = 51, num_graph_targets: int = 11,
+                 node_hidden: int = 32, graph_hidden: int = 512, dropout: float = 0.2, pooling: str = "sum"):
+        super().__init__()
+        if pooling not in _POOLING:
+            raise ValueError(f"unknown pooling {pooling!r}; choose sum, mean or max")
+        self.dim_in = int(dim_in)
+        self.num_node_targets = int(num_node_targets)
+        self.num_graph_targets = int(num_graph_targets)
+        self.node_hidden = int(node_hidden)
+        self.graph_hidden = int(graph_hidden)
+        self.pooling = pooling
+        k, h, d = self.num_node_targets, self.node_hidden, self.dim_in
+        self.node_hidden_weight = nn.Parameter(torch.empty(k, h, d))
+        self.node_hidden_bias = nn.Parameter(torch.empty(k, h))
+        self.node_out_weight = nn.Parameter(torch.empty(k, h))
+        self.node_out_bias = nn.Parameter(torch.empty(k))
+        self.graph_hidden_layer = nn.Linear(d, self.graph_hidden)
+        self.graph_out = nn.Linear(self.graph_hidden, self.num_graph_targets)
+        self.dropout = nn.Dropout(float(dropout))
+        self.reset_parameters()
+
+    def to_config(self) -> dict[str, Any]:
+        return {"dim_in": self.dim_in, "num_node_targets": self.num_node_targets,
+                "num_graph_targets": self.num_graph_targets, "node_hidden": self.node_hidden,
+                "graph_hidden": self.graph_hidden, "dropout": self.dropout.p, "pooling": self.pooling}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | None = None) -> "GPSEHeads":
+        return cls(**dict(config or {}))
+
+    def reset_parameters(self):
+        """``torch.nn.Linear`` initialisation for every head (uniform in :math:`\\pm 1/\\sqrt{fan_{in}}`)."""
+        b1 = 1.0 / math.sqrt(self.dim_in) if self.dim_in else 0.0
+        b2 = 1.0 / math.sqrt(self.node_hidden) if self.node_hidden else 0.0
+        nn.init.uniform_(self.node_hidden_weight, -b1, b1)
+        nn.init.uniform_(self.node_hidden_bias, -b1, b1)
+        nn.init.uniform_(self.node_out_weight, -b2, b2)
+        nn.init.uniform_(self.node_out_bias, -b2, b2)
+        self.graph_hidden_layer.reset_parameters()
+        self.graph_out.reset_parameters()
+
+    def node_forward(self, h_real: torch.Tensor) -> torch.Tensor:
+        """``(N, D)`` encodings of real nodes -> ``(N, K)`` node-level predictions."""
+        k, hd, d = self.num_node_targets, self.node_hidden, self.dim_in
+        z = F.linear(h_real, self.node_hidden_weight.reshape(k * hd, d), self.node_hidden_bias.reshape(k * hd))
+        z = F.relu(self.dropout(z)).view(-1, k, hd)
+        z = F.normalize(z, p=2.0, dim=2)
+        return (z * self.node_out_weight).sum(-1) + self.node_out_bias
+
+    def graph_forward(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``(B, D)`` pooled states -> ``(B, num_graph_targets)`` graph-level predictions."""
+        z = F.relu(self.dropout(self.graph_hidden_layer(pooled)))
+        return self.graph_out(F.normalize(z, p=2.0, dim=1))
+
+    def forward(self, h: torch.Tensor, info: VirtualNodeInfo) -> tuple[torch.Tensor, torch.Tensor]:
+        """``h`` from :meth:`GPSE.forward_all` -> ``(node_pred (N, K), graph_pred (B, num_graph_targets))``."""
+        return self.node_forward(info.real(h)), self.graph_forward(pool(h, info, _POOLING[self.pooling]))
+
+
+class GPSEForPretraining(nn.Module):
+    """GPSE encoder plus pretraining heads.
+
+    Parameters
+    ----------
+    encoder : GPSE, optional
+        Default: ``GPSE()`` (paper sizes).
+    heads : GPSEHeads, optional
+        Default: ``GPSEHeads(dim_in=encoder.dim_hidden)``.
+
+    Example
+    -------
+    >>> import dgl
+    >>> from gpse_dgl.nn.gpse import GPSE, GPSEHeads, GPSEForPretraining
+    >>> model = GPSEForPretraining(GPSE(dim_hidden=16, num_layers=2), GPSEHeads(dim_in=16, graph_hidden=16))
+    >>> g = dgl.batch([dgl.graph(([0, 1], [1, 0])), dgl.graph(([0, 1, 2], [1, 2, 0]))])
+    >>> node_pred, graph_pred = model(g)
+    >>> node_pred.shape, graph_pred.shape
+    (torch.Size([5, 51]), torch.Size([2, 11]))
+    """
+
+    def __init__(self, encoder: GPSE | None = None, heads: GPSEHeads | None = None):
+        super().__init__()
+        self.encoder = encoder if encoder is not None else GPSE()
+        self.heads = heads if heads is not None else GPSEHeads(dim_in=self.encoder.dim_hidden)
+        if self.heads.dim_in != self.encoder.dim_hidden:
+            raise ValueError(f"heads.dim_in ({self.heads.dim_in}) != encoder.dim_hidden "
+                             f"({self.encoder.dim_hidden})")
+
+    def to_config(self) -> dict[str, Any]:
+        return {"encoder": self.encoder.to_config(), "heads": self.heads.to_config()}
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any] | None = None, backend: str | None = None) -> "GPSEForPretraining":
+        """Build from :meth:`to_config` output; missing parts/keys take the paper defaults and the heads'
+        ``dim_in`` defaults to the encoder width."""
+        config = dict(config or {})
+        encoder = GPSE.from_config(config.get("encoder"), backend=backend)
+        heads_cfg = dict(config.get("heads") or {})
+        heads_cfg.setdefault("dim_in", encoder.dim_hidden)
+        return cls(encoder, GPSEHeads.from_config(heads_cfg))
+
+    def reset_parameters(self):
+        self.encoder.reset_parameters()
+        self.heads.reset_parameters()
+
+    def forward(self, graph: dgl.DGLGraph, x: torch.Tensor | None = None, *, seed: int | None = None,
+                graph_keys=None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(node_pred (N, num_node_targets), graph_pred (B, num_graph_targets))``; ``x`` as in
+        :meth:`GPSE.forward_all` (default: fresh random features)."""
+        h, info = self.encoder.forward_all(graph, x, seed=seed, graph_keys=graph_keys)
+        return self.heads(h, info)

@@ -1,0 +1,322 @@
+r"""Batched computation of explicit PSEs for many graphs at once.
+
+The reference computes every PSE graph by graph (one dense eigendecomposition per PSE and graph, cycles
+by a pure-Python DFS). Here:
+
+1. All graphs are reduced once to one simple undirected edge list over a disjoint union
+   (:class:`~gpse_dgl.pse.spectral.EdgeCollection`; directed input symmetrised, self-loops and
+   multi-edges dropped).
+2. Graphs are grouped by **exact** node count (sizes cannot be mixed by padding: extra isolated nodes
+   would add eigenvalues). Each group, split into chunks that fit ``chunk_bytes``, becomes one float64
+   ``(B, n, n)`` adjacency stack built by a single scatter
+   (:class:`~gpse_dgl.pse.spectral.DenseBatch`).
+3. Per chunk, each Laplacian is decomposed at most once (``torch.linalg.eigh`` on the stack) and shared:
+   the normalised Laplacian serves LapPE, EigVals and RWSE; the combinatorial one ElstaticPE and
+   HKdiagSE. Decompositions no requested PSE needs are not computed; EigVals alone uses ``eigvalsh``.
+4. Graphs above ``dense_limit`` nodes take the sparse path of the PSEs that have one
+   (LapPE, EigVals, RWSE via :mod:`gpse_dgl.pse.sparse`); requesting a dense-only PSE (ElstaticPE,
+   HKdiagSE) for such a graph raises :class:`~gpse_dgl.utils.errors.GraphTooLargeError` before any work.
+5. Whole-collection PSEs (CycleGE) run once over the edge list of all graphs.
+
+Node-level values can be standardised per graph (``normalize=True``, see :mod:`.standardize`); this
+happens on the float64 values of each batch before they are stored as float32. NaN never reaches the
+output (it is set to 0, as the reference does).
+
+Example
+-------
+>>> import dgl, torch
+>>> from gpse_dgl.pse import compute_pses
+>>> g = dgl.graph((torch.tensor([0, 1, 2]), torch.tensor([1, 2, 0])))  # a triangle, one direction
+>>> graphs, graph_level = compute_pses([g], names=["RWSE", "CycleGE"])
+>>> graphs[0].ndata["RWSE"].shape, graph_level["CycleGE"][0, :2].tolist()
+(torch.Size([3, 20]), [3.0, 1.0])
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Iterable, Optional
+
+import numpy as np
+import torch
+
+from .. import _env  # noqa: F401
+from ..utils.errors import GPSEError, GraphTooLargeError
+from .registry import PSE_REGISTRY, resolve_pse_names
+from .spectral import DenseBatch, EdgeCollection, SparseGraph
+from .standardize import per_graph_standardize, standardize_stack
+
+__all__ = ["compute_pses", "compute_pse_tensors", "PSEResult", "DEFAULT_DENSE_LIMIT", "DEFAULT_CHUNK_BYTES"]
+
+#: Graphs with more nodes than this use sparse solvers (or are refused by dense-only PSEs).
+DEFAULT_DENSE_LIMIT = 5000
+#: Memory budget of one dense chunk (all float64 n x n matrices alive at once).
+DEFAULT_CHUNK_BYTES = 256 * 2**20
+# Upper bound on the float64 n x n matrices alive per graph while a chunk is processed: adjacency, two
+# Laplacians, eigh workspace and two eigenvector sets, squared eigenvectors, L+, Q and its weighted copy.
+_MATRICES_PER_GRAPH = 12
+#: Below this many nodes per graph the dense work runs with one intra-op thread (see _intra_op_threads).
+SINGLE_THREAD_BELOW = 128
+
+
+@contextlib.contextmanager
+def _intra_op_threads(num: Optional[int]):
+    """Temporarily cap torch's intra-op threads (restored afterwards).
+
+    The per-chunk kernels on small matrices (molecules: n ~ 20) are far too small to gain from threads,
+    but each op still opens an OpenMP parallel region; on a machine whose cores are busy the region's
+    barrier waits for descheduled threads, which made the molecule workload ~10x slower with 2 threads
+    than with 1 on a loaded 2-core machine. Large matrices keep torch's setting (threaded LAPACK pays).
+    """
+    prev = torch.get_num_threads()
+    if num is None or num >= prev:
+        yield
+        return
+    torch.set_num_threads(num)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+@dataclass
+class PSEResult:
+    """Raw output of :func:`compute_pse_tensors`.
+
+    Attributes
+    ----------
+    node : dict[str, torch.Tensor]
+        float32 ``(N, dim)`` per node-level PSE, rows of all graphs concatenated in input order.
+    graph : dict[str, torch.Tensor]
+        float32 ``(G, dim)`` per graph-level PSE.
+    num_nodes : torch.Tensor
+        int64 ``(G,)`` nodes per graph (``G`` counts the members of batched input graphs).
+    """
+
+    node: dict = field(default_factory=dict)
+    graph: dict = field(default_factory=dict)
+    num_nodes: torch.Tensor = None
+
+
+def _as_graph_list(graphs) -> tuple[list, bool]:
+    import dgl
+
+    if isinstance(graphs, dgl.DGLGraph):
+        return [graphs], True
+    graphs = list(graphs)
+    for g in graphs:
+        if not isinstance(g, dgl.DGLGraph):
+            raise TypeError(f"expected DGLGraph objects, got {type(g).__name__}")
+    return graphs, False
+
+
+def _dense_chunks(num_nodes: np.ndarray, dense_limit: int, chunk_bytes: int):
+    """Yield ``(n, graph ids)`` for every same-size chunk of the graphs with ``1 <= n <= dense_limit``."""
+    order = np.argsort(num_nodes, kind="stable")
+    sizes = num_nodes[order]
+    bounds = np.flatnonzero(np.diff(sizes)) + 1
+    for group in np.split(order, bounds):
+        if group.size == 0:
+            continue
+        n = int(num_nodes[group[0]])
+        if n == 0 or n > dense_limit:
+            continue
+        per_chunk = max(1, int(chunk_bytes // (_MATRICES_PER_GRAPH * 8 * n * n)))
+        for start in range(0, group.size, per_chunk):
+            yield n, group[start:start + per_chunk]
+
+
+def _check_dense_limit(specs, num_nodes: np.ndarray, dense_limit: int) -> np.ndarray:
+    """Ids of graphs above ``dense_limit``; raise if a requested PSE cannot handle them."""
+    large = np.flatnonzero(num_nodes > dense_limit)
+    if large.size:
+        dense_only = [s.name for s in specs if not s.has_sparse_path]
+        if dense_only:
+            gid = int(large[np.argmax(num_nodes[large])])
+            n = int(num_nodes[gid])
+            gib = _MATRICES_PER_GRAPH * 8 * n * n / 2**30
+            raise GraphTooLargeError(
+                f"graph {gid} has {n} nodes, above dense_limit={dense_limit}; {', '.join(dense_only)} "
+                f"need dense {n}x{n} eigendecompositions (about {gib:.1f} GiB) and have no sparse path: "
+                f"raise the limit (dense_limit= / --dense-limit) or leave them out")
+    return large
+
+
+def compute_pse_tensors(
+    graphs,
+    names: Optional[Iterable[str] | str] = None,
+    *,
+    normalize: bool = False,
+    progress: bool = False,
+    dense_limit: int = DEFAULT_DENSE_LIMIT,
+    max_cycle_paths: Optional[int] = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    device=None,
+    collection: Optional[EdgeCollection] = None,
+) -> PSEResult:
+    """Compute PSEs of many graphs and return them as stacked tensors (graphs are not modified).
+
+    Parameters are those of :func:`compute_pses`; ``collection`` may pass a prebuilt
+    :class:`~gpse_dgl.pse.spectral.EdgeCollection` of ``graphs`` (then ``graphs`` may be None).
+
+    Returns
+    -------
+    PSEResult
+    """
+    names = resolve_pse_names(names)
+    specs = [PSE_REGISTRY[name] for name in names]
+    if dense_limit < 1:
+        raise ValueError(f"dense_limit must be >= 1, got {dense_limit}")
+    if collection is None:
+        glist, _ = _as_graph_list(graphs)
+        collection = EdgeCollection.from_graphs(glist) if glist else EdgeCollection.from_edges([], [], [])
+    coll = collection
+    num_nodes = coll.num_nodes
+    G, N = coll.num_graphs, coll.total_nodes
+
+    per_graph = [s for s in specs if s.edges is None]
+    whole = [s for s in specs if s.edges is not None]
+    large = _check_dense_limit(per_graph, num_nodes, dense_limit)
+    needs = set().union(*(s.needs for s in per_graph)) if per_graph else set()
+
+    result = PSEResult(num_nodes=torch.from_numpy(num_nodes.copy()))
+    for s in specs:
+        shape = (N, s.dim) if s.level == "node" else (G, s.dim)
+        (result.node if s.level == "node" else result.graph)[s.name] = torch.zeros(shape, dtype=torch.float32)
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=G, unit="graph", desc="PSEs", leave=False)
+
+    def store(spec, gids: np.ndarray, n: int, value: torch.Tensor):
+        """Write a ``(B, n, dim)`` / ``(B, dim)`` float64 result for graphs ``gids``."""
+        value = value.detach().to("cpu", torch.float64)
+        if spec.level == "node":
+            if normalize:
+                value = standardize_stack(value)
+            rows = (coll.node_offset[gids][:, None] + np.arange(n)).reshape(-1)
+            result.node[spec.name][torch.from_numpy(rows)] = value.reshape(-1, spec.dim).to(torch.float32)
+        else:
+            result.graph[spec.name][torch.from_numpy(np.asarray(gids))] = value.to(torch.float32)
+
+    # 1) dense, batched by exact size
+    if per_graph:
+        for n, gids in _dense_chunks(num_nodes, dense_limit, chunk_bytes):
+            on_cpu = device is None or torch.device(device).type == "cpu"
+            with _intra_op_threads(1 if on_cpu and n < SINGLE_THREAD_BELOW else None):
+                batch = DenseBatch(coll.dense_adjacency(gids, n, device=device), needs)
+                for s in per_graph:
+                    store(s, gids, n, s.dense(batch))
+                del batch
+            if bar is not None:
+                bar.update(len(gids))
+        # 2) graphs above the dense limit, one by one through the sparse paths
+        for gid in large:
+            sg = SparseGraph(int(num_nodes[gid]), *coll.graph_edges(int(gid)))
+            for s in per_graph:
+                store(s, np.array([gid]), sg.n, torch.as_tensor(np.asarray(s.sparse(sg)))[None])
+            if bar is not None:
+                bar.update(1)
+        if bar is not None:
+            bar.update(int((num_nodes == 0).sum()))
+    # 3) whole-collection PSEs
+    options = {"max_cycle_paths": max_cycle_paths}
+    for s in whole:
+        if bar is not None:
+            bar.set_postfix_str(s.name)
+        value = torch.as_tensor(s.edges(coll, options)).to(torch.float64)
+        if s.level == "node" and normalize:
+            value = per_graph_standardize(value, num_nodes)
+        target = result.node if s.level == "node" else result.graph
+        target[s.name] = value.to(torch.float32)
+    if bar is not None:
+        bar.close()
+    for table in (result.node, result.graph):
+        for key, value in table.items():
+            table[key] = torch.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0)
+    return result
+
+
+def _set_ndata(g, values: dict):
+    """Assign several node fields of a homogeneous graph (one frame update instead of one per field)."""
+    frames = getattr(g, "_node_frames", None)
+    if frames is not None and len(frames) == 1 and hasattr(frames[0], "update"):
+        # Same effect as g.ndata.update(values) without the per-field device/shape bookkeeping,
+        # which costs tens of microseconds per field and graph. Shapes are ours, so already right.
+        frames[0].update(values)
+    else:
+        g.ndata.update(values)
+
+
+def write_ndata(graphs: list, node_values: dict) -> None:
+    """Split ``(N, dim)`` tensors by input graph and store them as ``g.ndata[name]``."""
+    if not node_values or not graphs:
+        return
+    counts = [g.num_nodes() for g in graphs]
+    if len(graphs) == 1:
+        _set_ndata(graphs[0], dict(node_values))
+        return
+    parts = {name: torch.split(value, counts) for name, value in node_values.items()}
+    for i, g in enumerate(graphs):
+        _set_ndata(g, {name: chunks[i] for name, chunks in parts.items()})
+
+
+def compute_pses(
+    graphs,
+    names: Optional[Iterable[str] | str] = None,
+    normalize: bool = False,
+    progress: bool = False,
+    dense_limit: int = DEFAULT_DENSE_LIMIT,
+    num_workers: int = 0,
+    *,
+    max_cycle_paths: Optional[int] = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    device=None,
+):
+    """Compute explicit PSEs for a collection of graphs, batched.
+
+    Parameters
+    ----------
+    graphs : dgl.DGLGraph or list of dgl.DGLGraph
+        Homogeneous graphs. Edges are read as an undirected simple graph: direction ignored, self-loops
+        and multi-edges dropped. A batched graph counts as its member graphs.
+    names : str or list of str, optional
+        PSE names (see :data:`gpse_dgl.pse.PSE_REGISTRY`), a list or a comma-separated string;
+        default: all six (``ElstaticPE, LapPE, RWSE, HKdiagSE, EigVals, CycleGE``).
+    normalize : bool
+        Standardise node-level PSEs per graph and column (:mod:`.standardize`), as the reference does
+        for pretraining targets. Graph-level PSEs are always raw.
+    progress : bool
+        Show a tqdm progress bar.
+    dense_limit : int
+        Graphs with more nodes use the sparse paths (LapPE, EigVals, RWSE); dense-only PSEs
+        (ElstaticPE, HKdiagSE) raise :class:`~gpse_dgl.utils.errors.GraphTooLargeError` for them.
+    num_workers : int
+        Accepted for API stability and ignored: the batched path is bound by LAPACK calls that already
+        run back to back in C, and measured process pools did not pay for their start-up and transfer cost
+        on the target machines (see ``benchmarks/pse_speed.py``).
+    max_cycle_paths : int, optional
+        Work bound passed to the cycle counter (``CycleGE``); None uses its default.
+    chunk_bytes : int
+        Memory budget of one dense same-size chunk.
+    device : torch.device or str, optional
+        Where the dense linear algebra runs (e.g. ``"cuda"``); results come back to the CPU.
+
+    Returns
+    -------
+    graphs : dgl.DGLGraph or list of dgl.DGLGraph
+        The input object(s), with node-level PSEs written in place to ``g.ndata[name]``
+        (float32, ``(num_nodes, dim)``).
+    graph_level : dict[str, torch.Tensor]
+        float32 ``(G, dim)`` per requested graph-level PSE (``G`` graphs in input order, batched graphs
+        expanded into their members). Save them with ``dgl.save_graphs(path, graphs, graph_level)``.
+    """
+    glist, single = _as_graph_list(graphs)
+    result = compute_pse_tensors(glist, names, normalize=normalize, progress=progress,
+                                 dense_limit=dense_limit, max_cycle_paths=max_cycle_paths,
+                                 chunk_bytes=chunk_bytes, device=device)
+    write_ndata(glist, result.node)
+    return (glist[0] if single else glist), result.graph
+

@@ -1,0 +1,139 @@
+r"""Laplacian eigenvector positional encodings (LapPE, node level) and eigenvalues (EigVals, graph level).
+
+With the symmetric-normalised Laplacian :math:`L_{sym} = I - D^{-1/2} A D^{-1/2} = U \Lambda U^\top`
+(eigenvalues ascending; isolated nodes keep :math:`(L_{sym})_{ii} = 1`, see :mod:`.spectral`):
+
+* drop the zero eigenvalues, :math:`|\lambda| < 10^{-6}` (their number is the number of connected
+  components that have an edge);
+* keep the next ``K = 4`` eigenpairs in ascending order;
+* LapPE: each kept eigenvector L2-normalised, then absolute value, ``(n, 4)``;
+* EigVals: the kept eigenvalues clamped at 0, ``(4,)``.
+
+Graphs with fewer than 4 non-zero eigenvalues are padded with 0 (the reference pads with NaN and turns
+NaN into 0 later). One node: :math:`L_{sym} = [1]`, so LapPE ``[1, 0, 0, 0]`` and EigVals ``[1, 0, 0, 0]``.
+
+Repeated eigenvalues (about 15 % of molecules have one among their 4 kept eigenvalues, from symmetry):
+their eigenvectors are only defined up to a rotation inside the eigenspace. The reference returns whatever
+LAPACK returns, which changes with the BLAS build, the dtype and even the memory alignment of the matrix
+(so, in a batched solver, with the other graphs of the batch). The dense path here returns a canonical
+basis instead: for each repeated eigenvalue among the kept ones (eigenvalues closer than ``1e-8`` are one
+cluster), the eigenspace projector :math:`\Pi = U_c U_c^\top` is formed and its columns are
+Gram-Schmidt-orthonormalised in node order (columns with residual norm below ``1e-5`` skipped). This is
+still an orthonormal eigenbasis, so it satisfies the definition, and LapPE becomes a deterministic
+function of the labelled graph: the same for one graph alone, in any batch, chunking or BLAS. (Like any
+basis choice it depends on node order; permuting nodes permutes the values only for simple eigenvalues.)
+The sparse path (graphs above ``dense_limit``) does not canonicalise.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+K = 4
+ZERO_TOL = 1e-6  # |lambda| below this counts as a zero eigenvalue (reference EPS)
+CLUSTER_TOL = 1e-8  # eigenvalues closer than this form one (numerically repeated) eigenvalue
+RESIDUAL_TOL = 1e-5  # Gram-Schmidt skips projector columns whose residual norm is below this
+
+LAPPE_DESCRIPTION = "|eigenvectors| of the 4 smallest non-zero eigenvalues of I - D^-1/2 A D^-1/2"
+EIGVALS_DESCRIPTION = "4 smallest non-zero eigenvalues of I - D^-1/2 A D^-1/2 (graph level)"
+
+
+def _kept_index(lam: torch.Tensor, k: int = K) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices ``(B, k)`` of the first ``k`` eigenvalues after the zero ones, and their validity mask."""
+    n = lam.shape[-1]
+    offset = (lam.abs() < ZERO_TOL).sum(-1, keepdim=True)
+    idx = offset + torch.arange(k, device=lam.device)
+    valid = idx < n
+    return idx.clamp_max(max(n - 1, 0)), valid
+
+
+def _repeated(lam: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``(B, k)`` mask of kept columns whose eigenvalue has a neighbour closer than ``CLUSTER_TOL``."""
+    n = lam.shape[-1]
+    here = torch.gather(lam, -1, idx)
+    prev = torch.gather(lam, -1, (idx - 1).clamp_min(0))
+    nxt = torch.gather(lam, -1, (idx + 1).clamp_max(n - 1))
+    close_prev = (idx > 0) & ((here - prev).abs() < CLUSTER_TOL) & (prev.abs() >= ZERO_TOL)
+    close_next = (idx + 1 < n) & ((nxt - here).abs() < CLUSTER_TOL)
+    return valid & (close_prev | close_next)
+
+
+def _canonical_basis(basis: np.ndarray, r: int):
+    """First ``r`` vectors of the Gram-Schmidt orthonormalisation, in node order, of the columns of the
+    projector ``basis @ basis.T`` onto the span of the orthonormal ``basis`` (``(n, m)``)."""
+    out = []
+    for j in range(basis.shape[0]):
+        v = basis @ basis[j]  # column j of the projector
+        for w in out:
+            v -= (w @ v) * w
+        norm = np.sqrt(v @ v)
+        if norm > RESIDUAL_TOL:
+            out.append(v / norm)
+            if len(out) == r:
+                return np.stack(out, axis=1)
+    return None  # cannot happen for an orthonormal basis of rank >= r; the caller keeps LAPACK's vectors
+
+
+def _canonicalize(kept, lam, vec, idx, valid) -> None:
+    """Replace, in place, kept eigenvectors of repeated eigenvalues by the canonical basis (module doc).
+
+    Only graphs with a repeated kept eigenvalue are visited (a short per-graph loop in numpy, whose
+    per-call overhead is far below torch's for these tiny arrays).
+    """
+    repeated = _repeated(lam, idx, valid)
+    affected = torch.nonzero(repeated.any(-1)).flatten()
+    if affected.numel() == 0:
+        return
+    lam_np = lam[affected].cpu().numpy()
+    vec_np = vec[affected].cpu().numpy()
+    idx_np = idx[affected].cpu().numpy()
+    rep_np = repeated[affected].cpu().numpy()
+    kept_np = kept[affected].cpu().numpy()
+    # cluster id of every eigenvalue: a new cluster starts where the gap reaches CLUSTER_TOL; zero
+    # eigenvalues (never kept) get -1
+    cid = np.zeros(lam_np.shape, dtype=np.int64)
+    np.cumsum(lam_np[:, 1:] - lam_np[:, :-1] >= CLUSTER_TOL, axis=1, out=cid[:, 1:])
+    cid[np.abs(lam_np) < ZERO_TOL] = -1
+    for row in range(affected.shape[0]):
+        cols = np.flatnonzero(rep_np[row])
+        col_cid = cid[row, idx_np[row, cols]]
+        for c in sorted(set(col_cid.tolist())):
+            in_cluster = cols[col_cid == c]
+            canonical = _canonical_basis(vec_np[row][:, cid[row] == c], len(in_cluster))
+            if canonical is not None:
+                kept_np[row][:, in_cluster] = canonical
+    kept[affected] = torch.from_numpy(kept_np).to(kept)
+
+
+def lap_pe(batch) -> torch.Tensor:
+    """LapPE of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, n, 4)``."""
+    lam, vec = batch.sym
+    idx, valid = _kept_index(lam)
+    kept = torch.gather(vec, -1, idx.unsqueeze(1).expand(-1, vec.shape[1], -1))
+    _canonicalize(kept, lam, vec, idx, valid)
+    kept = kept / kept.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return kept.abs() * valid.unsqueeze(1)
+
+
+def eigvals(batch) -> torch.Tensor:
+    """EigVals of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, 4)``."""
+    lam = batch.sym_values
+    idx, valid = _kept_index(lam)
+    return torch.gather(lam, -1, idx).clamp_min(0.0) * valid
+
+
+def _pad(x: np.ndarray, k: int, axis: int) -> np.ndarray:
+    x = np.nan_to_num(np.asarray(x, dtype=np.float64))
+    width = [(0, 0)] * x.ndim
+    width[axis] = (0, max(k - x.shape[axis], 0))
+    return np.take(np.pad(x, width), np.arange(k), axis=axis)
+
+
+def lap_pe_sparse(graph) -> np.ndarray:
+    """LapPE of one large :class:`~gpse_dgl.pse.spectral.SparseGraph`: ``(n, 4)``."""
+    return np.abs(_pad(graph.lap_pe[0], K, axis=1))
+
+
+def eigvals_sparse(graph) -> np.ndarray:
+    """EigVals of one large :class:`~gpse_dgl.pse.spectral.SparseGraph`: ``(4,)``."""
+    return np.clip(_pad(graph.lap_pe[1], K, axis=0), 0.0, None)

@@ -1,0 +1,229 @@
+r"""Shared graph views for the PSE computations: edge collections, dense same-size batches, large graphs.
+
+All PSEs are defined on simple undirected graphs. :class:`EdgeCollection` reduces any input (a list of
+DGLGraphs, possibly batched, directed, with self-loops or multi-edges) to that form once, through
+:func:`gpse_dgl.utils.graph.simple_edges`: directions are dropped (directed input is symmetrised),
+self-loops and multi-edges removed. Node ids and node order are unchanged.
+
+:class:`DenseBatch` holds ``B`` graphs with the same number of nodes ``n`` as dense float64 stacks and
+computes, lazily and once, the eigendecompositions the requested PSEs need:
+
+* ``sym``: the symmetric-normalised Laplacian
+
+  .. math:: L_{sym} = I - D^{-1/2} A D^{-1/2}, \qquad L_{sym} = U \Lambda U^\top,
+
+  with :math:`D^{-1/2}_{ii} = 0` for isolated nodes, so an isolated node keeps :math:`(L_{sym})_{ii} = 1`
+  (as PyG's ``get_laplacian(normalization="sym")`` builds it) and contributes an eigenvalue 1.
+  It serves LapPE and EigVals, and RWSE through the similarity of :math:`P = D^{-1}A` and
+  :math:`S = I - L_{sym} = D^{-1/2} A D^{-1/2}`: :math:`P^k = D^{-1/2} S^k D^{1/2}`, hence
+  :math:`\mathrm{diag}(P^k) = \mathrm{diag}(S^k) = \sum_j U_{ij}^2 (1 - \lambda_j)^k` (isolated nodes: 0).
+* ``sym_values``: the eigenvalues of :math:`L_{sym}` only (``eigvalsh``), when no eigenvector is needed.
+* ``comb``: the combinatorial Laplacian :math:`L = D - A = V M V^\top`; serves ElstaticPE (through the
+  pseudo-inverse :math:`L^+ = \sum_{\mu_i \neq 0} \mu_i^{-1} v_i v_i^\top`) and HKdiagSE.
+
+``torch.linalg.eigh`` on a ``(B, n, n)`` stack runs one LAPACK call per matrix in C, without a Python
+loop; that and the batched matmuls that follow are what makes the dense path fast.
+
+:class:`SparseGraph` is one graph above the dense size limit, computed with :mod:`gpse_dgl.pse.sparse`
+(no ``n x n`` allocation).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import _env  # noqa: F401
+from ..utils.errors import GPSEError
+from ..utils.graph import simple_edges
+
+__all__ = ["EdgeCollection", "DenseBatch", "SparseGraph"]
+
+
+@dataclass
+class EdgeCollection:
+    """The simple undirected edge sets of ``G`` graphs, as one disjoint union with global node ids.
+
+    Attributes
+    ----------
+    num_nodes : np.ndarray
+        int64 ``(G,)``, nodes per graph.
+    node_offset : np.ndarray
+        int64 ``(G + 1,)``, first global node id of each graph (``node_offset[-1]`` = total nodes).
+    u, v : np.ndarray
+        int64 ``(E,)``, global end points of each undirected edge once, ``u < v``, sorted by ``u``
+        (so also grouped by graph).
+    edge_offset : np.ndarray
+        int64 ``(G + 1,)``, edges of graph ``g`` are ``u[edge_offset[g]:edge_offset[g + 1]]``.
+    """
+
+    num_nodes: np.ndarray
+    node_offset: np.ndarray
+    u: np.ndarray
+    v: np.ndarray
+    edge_offset: np.ndarray
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self.num_nodes.shape[0])
+
+    @property
+    def total_nodes(self) -> int:
+        return int(self.node_offset[-1])
+
+    @functools.cached_property
+    def node_graph(self) -> np.ndarray:
+        """int64 ``(N,)``, graph id of every node."""
+        return np.repeat(np.arange(self.num_graphs, dtype=np.int64), self.num_nodes)
+
+    @classmethod
+    def from_edges(cls, num_nodes, src, dst) -> "EdgeCollection":
+        """Build from per-graph node counts and (possibly directed, non-simple) global edge arrays."""
+        num_nodes = np.asarray(num_nodes, dtype=np.int64).reshape(-1)
+        node_offset = np.zeros(num_nodes.shape[0] + 1, dtype=np.int64)
+        np.cumsum(num_nodes, out=node_offset[1:])
+        u, v = simple_edges(src, dst, int(node_offset[-1]))
+        if u.size and not np.all(np.searchsorted(node_offset, u, "right")
+                                 == np.searchsorted(node_offset, v, "right")):
+            raise GPSEError("an edge joins two different graphs of the collection")
+        edge_offset = np.searchsorted(u, node_offset).astype(np.int64)
+        return cls(num_nodes, node_offset, u, v, edge_offset)
+
+    @classmethod
+    def from_graphs(cls, graphs) -> "EdgeCollection":
+        """Build from a list of DGLGraphs; a batched graph contributes each of its member graphs."""
+        import dgl
+
+        for g in graphs:
+            if len(g.ntypes) != 1 or len(g.etypes) != 1:
+                raise GPSEError("PSEs are defined on homogeneous graphs; convert heterogeneous graphs "
+                                "with dgl.to_homogeneous first")
+        if len(graphs) == 1:
+            g = graphs[0]
+        else:
+            # One C++ call instead of one g.edges() per graph (which costs ~30 us each); node and
+            # edge features are not needed, so they are not copied.
+            g = dgl.batch(graphs, ndata=None, edata=None)
+        src, dst = g.edges()
+        return cls.from_edges(g.batch_num_nodes().numpy(), src.numpy(), dst.numpy())
+
+    def graph_edges(self, gid: int) -> tuple[np.ndarray, np.ndarray]:
+        """Local ``(u, v)`` simple edges of graph ``gid``."""
+        lo, hi = self.edge_offset[gid], self.edge_offset[gid + 1]
+        off = self.node_offset[gid]
+        return self.u[lo:hi] - off, self.v[lo:hi] - off
+
+    def dense_adjacency(self, gids: np.ndarray, n: int, device=None) -> torch.Tensor:
+        """float64 ``(B, n, n)`` symmetric 0/1 adjacency stack of graphs ``gids`` (all with ``n`` nodes).
+
+        Built with one scatter: the edges of all ``B`` graphs are gathered by vectorised range
+        concatenation, no per-graph Python loop.
+        """
+        gids = np.asarray(gids, dtype=np.int64)
+        counts = self.edge_offset[gids + 1] - self.edge_offset[gids]
+        total = int(counts.sum())
+        # edge index of every edge of the selected graphs: start of its graph + position inside it
+        batch = np.repeat(np.arange(gids.shape[0], dtype=np.int64), counts)
+        within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+        eidx = self.edge_offset[gids][batch] + within
+        off = self.node_offset[gids][batch]
+        lu = torch.from_numpy(self.u[eidx] - off)
+        lv = torch.from_numpy(self.v[eidx] - off)
+        b = torch.from_numpy(batch)
+        adj = torch.zeros(gids.shape[0], n, n, dtype=torch.float64)
+        ones = torch.ones(total, dtype=torch.float64)
+        adj.index_put_((b, lu, lv), ones)
+        adj.index_put_((b, lv, lu), ones)
+        return adj if device is None else adj.to(device)
+
+
+class DenseBatch:
+    """``B`` graphs with ``n`` nodes each, as float64 dense stacks, with lazily shared decompositions.
+
+    Parameters
+    ----------
+    adj : torch.Tensor
+        float64 ``(B, n, n)`` symmetric 0/1 adjacency without self-loops.
+    needs : set of str
+        Decompositions the requested PSEs read (``"sym"``, ``"sym_values"``, ``"comb"``); ``sym_values``
+        is taken from the full ``sym`` decomposition when that is needed anyway.
+    """
+
+    def __init__(self, adj: torch.Tensor, needs=()):
+        self.adj = adj
+        self.needs = frozenset(needs)
+
+    @property
+    def batch_size(self) -> int:
+        return self.adj.shape[0]
+
+    @property
+    def n(self) -> int:
+        return self.adj.shape[-1]
+
+    @functools.cached_property
+    def deg(self) -> torch.Tensor:
+        """``(B, n)`` node degrees."""
+        return self.adj.sum(-1)
+
+    @functools.cached_property
+    def inv_deg(self) -> torch.Tensor:
+        """``(B, n)`` 1 / degree, 0 for isolated nodes."""
+        d = self.deg
+        return torch.where(d > 0, 1.0 / d.clamp_min(1.0), torch.zeros_like(d))
+
+    def _sym_matrix(self) -> torch.Tensor:
+        s = torch.sqrt(self.inv_deg)
+        lap = -(s.unsqueeze(-1) * self.adj * s.unsqueeze(-2))
+        lap.diagonal(dim1=-2, dim2=-1).add_(1.0)
+        return lap
+
+    @functools.cached_property
+    def sym(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ascending eigenvalues ``(B, n)`` and orthonormal eigenvectors ``(B, n, n)`` (columns) of L_sym."""
+        return torch.linalg.eigh(self._sym_matrix())
+
+    @functools.cached_property
+    def sym_values(self) -> torch.Tensor:
+        """Ascending eigenvalues ``(B, n)`` of L_sym (no eigenvectors computed unless ``sym`` is needed)."""
+        if "sym" in self.needs or "sym" in self.__dict__:
+            return self.sym[0]
+        return torch.linalg.eigvalsh(self._sym_matrix())
+
+    @functools.cached_property
+    def comb(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ascending eigenvalues ``(B, n)`` and orthonormal eigenvectors ``(B, n, n)`` of L = D - A."""
+        lap = -self.adj
+        lap.diagonal(dim1=-2, dim2=-1).add_(self.deg)
+        return torch.linalg.eigh(lap)
+
+
+class SparseGraph:
+    """One graph above the dense size limit; sparse eigensolvers and matrix-vector products only.
+
+    Parameters
+    ----------
+    num_nodes : int
+    u, v : np.ndarray
+        Local simple edges (``u < v``).
+    """
+
+    def __init__(self, num_nodes: int, u: np.ndarray, v: np.ndarray):
+        self.n = int(num_nodes)
+        self.u = u
+        self.v = v
+
+    @functools.cached_property
+    def lap_pe(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(|eigvecs| (n, 4), eigvals (4,))`` of L_sym from :func:`gpse_dgl.pse.sparse.sparse_lap_pe`."""
+        from .sparse import sparse_lap_pe
+
+        return sparse_lap_pe(self.n, self.u, self.v, k=4)
+
+    def rwse(self, steps) -> np.ndarray:
+        """``(n, len(steps))`` random-walk return probabilities from :func:`gpse_dgl.pse.sparse.sparse_rwse`."""
+        from .sparse import sparse_rwse
+
+        return sparse_rwse(self.n, self.u, self.v, steps=steps)

@@ -1,0 +1,464 @@
+"""YAML recipes for ``gpse-dgl pretrain``: a declarative schema, defaults, validation and overrides.
+
+A recipe has the shape of a dglgo recipe: top-level ``data``, ``model`` and ``general_pipeline``
+sections plus the optional scalars ``seed`` and ``device``. Every key is declared once in
+:data:`PRETRAIN_SCHEMA` with its type, its default (the paper's setup: ogbg-molpcba aside, since that
+needs data on disk) and a one-line description. A recipe that leaves a key out gets the default.
+
+Everything is checked before any work starts, and every problem is reported as one line that names
+the file and the dotted key path, e.g.::
+
+    recipes/x.yaml: general_pipeline.optimizer.lr: expected a number, got 'fast'
+
+``--set key.path=value`` overrides are parsed as YAML scalars and validated in exactly the same way.
+
+Relative paths inside a recipe (``data.smiles_file``, ``data.root``, ``data.cache_dir``,
+``general_pipeline.save_path``) are taken relative to the current working directory, as in dglgo.
+
+Example
+-------
+>>> from gpse_dgl.recipes import load_recipe
+>>> recipe = load_recipe("recipes/quickstart.yaml", overrides=["general_pipeline.num_epochs=2"])
+>>> recipe["general_pipeline"]["num_epochs"]
+2
+"""
+from __future__ import annotations
+
+import copy
+import difflib
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import yaml
+
+from .utils.errors import RecipeError
+
+# Names known without importing the pse/data sub-packages (which import dgl). The authoritative
+# lists are pse.registry.NODE_TARGETS / GRAPH_TARGETS; _known_pse_names() prefers them when present.
+_DEFAULT_NODE_TARGETS = ("ElstaticPE", "LapPE", "RWSE", "HKdiagSE")
+_DEFAULT_GRAPH_TARGETS = ("EigVals", "CycleGE")
+BUILTIN_SOURCES = ("embedded-molecules", "smiles")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One recipe key: its type, default and the constraints checked on load.
+
+    ``kind`` is one of ``"int"``, ``"number"``, ``"bool"``, ``"str"``, ``"choice"``, ``"str_list"``,
+    ``"number_list"``. ``check`` is an extra callable returning an error text or ``None``.
+    """
+
+    kind: str
+    default: Any
+    help: str
+    nullable: bool = False
+    choices: tuple = ()
+    minimum: float | None = None
+    exclusive_minimum: bool = False
+    maximum: float | None = None
+    length: int | None = None
+    check: Callable[[Any], str | None] | None = field(default=None, compare=False)
+
+
+def _positive_split(values: list) -> str | None:
+    if any(v < 0 for v in values) or values[0] <= 0 or values[1] <= 0:
+        return f"train and validation fractions must be > 0 and none negative, got {values}"
+    if not math.isclose(sum(values), 1.0, abs_tol=1e-6):
+        return f"fractions must sum to 1, got {values} (sum {sum(values):g})"
+    return None
+
+
+def _device_string(value: str) -> str | None:
+    if re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
+        return None
+    return f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {value!r}"
+
+
+# The schema. Nested dicts are sections; Field leaves are keys. Defaults = the paper (Table
+# training_params, configs/pretrain/gpse_molpcba.yaml of the authors' code) unless noted.
+PRETRAIN_SCHEMA: dict[str, Any] = {
+    "seed": Field("int", 0, "seed of the run: initial weights, batch order, input features, dropout"),
+    "device": Field("str", "auto", "auto (cuda when available), cpu, cuda, cuda:N or mps",
+                    check=_device_string),
+    "data": {
+        "source": Field("str", "embedded-molecules",
+                        "embedded-molecules, smiles (needs smiles_file) or a dataset name such as "
+                        "ogbg-molpcba read from disk under root"),
+        "smiles_file": Field("str", None, "SMILES file (one per line, first column) when source is "
+                             "smiles", nullable=True),
+        "root": Field("str", None, "directory holding on-disk datasets (OGB layout); null = the "
+                      "data registry's default", nullable=True),
+        "max_graphs": Field("int", None, "keep at most this many unique graphs (a seeded random "
+                            "subset); null = all", nullable=True, minimum=3),
+        "split": Field("number_list", [0.9, 0.05, 0.05], "train / validation / test fractions",
+                       length=3, check=_positive_split),
+        "split_seed": Field("int", 0, "seed of the split and of the max_graphs subset (fixed "
+                            "across runs, as in the paper)"),
+        "node_targets": Field("str_list", list(_DEFAULT_NODE_TARGETS),
+                              "node-level PSEs to predict, in this order"),
+        "graph_targets": Field("str_list", list(_DEFAULT_GRAPH_TARGETS),
+                               "graph-level PSEs to predict, in this order"),
+        "cache_dir": Field("str", None, "where computed targets are cached (DGL binary); null = "
+                           "$GPSE_DGL_CACHE or ~/.cache/gpse-dgl", nullable=True),
+        "target_device": Field("str", None, "where the targets' dense linear algebra runs (cpu, "
+                               "cuda, cuda:N); null = cpu", nullable=True, check=_device_string),
+        "graph_target_scaling": Field("choice", "none", "none = raw graph-level targets (paper); "
+                                      "standardize = z-scores with the training split's mean and std "
+                                      "(R^2 is unchanged by it)", choices=("none", "standardize")),
+    },
+    "model": {
+        "dim_in": Field("int", 20, "size of the random input features per node", minimum=1),
+        "dim_hidden": Field("int", 512, "width of the encoder (size of the GPSE encoding)", minimum=1),
+        "num_layers": Field("int", 20, "number of ResGatedGCN message-passing layers", minimum=1),
+        "dropout": Field("number", 0.2, "dropout after every layer", minimum=0.0, maximum=1.0),
+        "virtual_node": Field("bool", True, "add a virtual node joined to every node"),
+        "head_hidden": Field("int", 32, "hidden width of each per-column node head", minimum=1),
+        "graph_head_hidden": Field("int", 512, "hidden width of the graph head", minimum=1),
+        "pooling": Field("choice", "sum", "graph readout before the graph head",
+                         choices=("sum", "mean", "max")),
+        "backend": Field("choice", "auto", "message passing: dgl kernels, plain torch, or auto",
+                         choices=("auto", "dgl", "torch")),
+    },
+    "general_pipeline": {
+        "num_epochs": Field("int", 120, "training epochs", minimum=1),
+        "batch_size": Field("int", 1024, "graphs per training step", minimum=1),
+        "eval_batch_size": Field("int", None, "graphs per evaluation step; null = batch_size",
+                                 nullable=True, minimum=1),
+        "optimizer": {
+            "name": Field("choice", "adamw", "optimiser", choices=("adamw", "adam")),
+            "lr": Field("number", 5e-3, "peak learning rate", minimum=0.0, exclusive_minimum=True),
+            "weight_decay": Field("number", 1e-4, "decoupled weight decay (AdamW)", minimum=0.0),
+        },
+        "lr_scheduler": {
+            "name": Field("choice", "cosine_with_warmup", "learning-rate schedule",
+                          choices=("cosine_with_warmup", "constant")),
+            "warmup_epochs": Field("number", 5, "linear warm-up length in epochs", minimum=0.0),
+            "interval": Field("choice", "epoch", "update the rate once per epoch (paper) or after "
+                              "every step", choices=("epoch", "step")),
+        },
+        "clip_grad_norm": Field("number", 1.0, "clip the gradient norm to this value; null = no "
+                                "clipping", nullable=True, minimum=0.0, exclusive_minimum=True),
+        "save_path": Field("str", "runs/gpse_pretrain", "output directory: checkpoints, metrics "
+                           "JSON, TensorBoard logs"),
+        "eval_every": Field("int", 1, "validate every this many epochs (and after the last)",
+                            minimum=1),
+        "log_every": Field("int", 50, "log the training loss to TensorBoard every this many steps",
+                           minimum=1),
+        "num_threads": Field("int", None, "torch CPU threads; null = torch's default",
+                             nullable=True, minimum=1),
+        "time_limit_minutes": Field("number", None, "stop after the epoch that would overrun this "
+                                    "wall-clock budget (counted from the start, data included); "
+                                    "null = no limit", nullable=True, minimum=0.0,
+                                    exclusive_minimum=True),
+    },
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# loading
+
+
+def load_recipe(path: str | os.PathLike, overrides: Iterable[str] = (),
+                schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
+    """Read, override (``key.path=value`` strings) and validate a recipe; return it with defaults filled.
+
+    Raises :class:`RecipeError` (one line naming the file and the key) on any problem.
+    """
+    source = str(path)
+    raw = read_recipe_file(source)
+    apply_overrides(raw, overrides, source, schema)
+    return validate_recipe(raw, source, schema)
+
+
+def read_recipe_file(path: str) -> dict:
+    """The YAML mapping in ``path`` (safe loader); an empty file is an empty recipe."""
+    if not os.path.exists(path):
+        raise RecipeError(f"{path}: recipe file not found")
+    if os.path.isdir(path):
+        raise RecipeError(f"{path}: is a directory, expected a YAML recipe file")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RecipeError(f"{path}: invalid YAML{where}: {problem}") from None
+    except UnicodeDecodeError:
+        raise RecipeError(f"{path}: not a text (UTF-8) file") from None
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise RecipeError(f"{path}: expected a mapping with data / model / general_pipeline "
+                          f"sections, got {_type_name(raw)}")
+    return raw
+
+
+def apply_overrides(raw: dict, overrides: Iterable[str], source: str,
+                    schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
+    """Apply ``key.path=value`` overrides to ``raw`` in place (values parsed as YAML scalars).
+
+    Only the key path is checked here (so the message can say ``--set``); values are validated with
+    the rest of the recipe by :func:`validate_recipe`, errors naming ``--set key.path``.
+    """
+    for item in overrides:
+        key_path, value = _parse_override(item, source)
+        node: Any = schema
+        for depth, part in enumerate(key_path):
+            if not isinstance(node, Mapping) or part not in node:
+                prefix = ".".join(key_path[:depth])
+                raise RecipeError(f"{source}: --set {'.'.join(key_path)}: "
+                                  f"{_unknown_key_text(part, node, prefix)}")
+            node = node[part]
+        if isinstance(node, Mapping):
+            raise RecipeError(f"{source}: --set {'.'.join(key_path)}: is a section; set one of its "
+                              f"keys ({', '.join(node)})")
+        target = raw
+        for part in key_path[:-1]:
+            if not isinstance(target.get(part), dict):
+                target[part] = {}
+            target = target[part]
+        target[key_path[-1]] = _Override(value, ".".join(key_path))
+    return raw
+
+
+@dataclass(frozen=True)
+class _Override:
+    """A value that came from ``--set`` (so errors about it can say so)."""
+
+    value: Any
+    key: str
+
+
+def _parse_override(item: str, source: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise RecipeError(f"{source}: --set {item!r}: expected key.path=value")
+    key, text = item.split("=", 1)
+    key = key.strip()
+    if not key or any(not part for part in key.split(".")):
+        raise RecipeError(f"{source}: --set {item!r}: expected key.path=value")
+    try:
+        value = yaml.safe_load(text) if text.strip() else None
+    except yaml.YAMLError:
+        # Not valid YAML (e.g. an unbalanced bracket): keep the text; the type check reports it.
+        value = text
+    return key.split("."), value
+
+
+# ----------------------------------------------------------------------------------------------
+# validation
+
+
+def validate_recipe(raw: Mapping[str, Any], source: str = "<recipe>",
+                    schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
+    """Check ``raw`` against ``schema``; return a new plain dict with every default filled in."""
+    recipe = _validate_section(raw, schema, source, prefix="")
+    _check_cross_field(recipe, raw, source)
+    return recipe
+
+
+def default_recipe(schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
+    """The recipe with every key at its default."""
+    return validate_recipe({}, "<defaults>", schema)
+
+
+def _validate_section(raw: Any, schema: Mapping[str, Any], source: str, prefix: str) -> dict:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise RecipeError(f"{source}: {prefix.rstrip('.') or '<top level>'}: expected a mapping "
+                          f"(a section), got {_type_name(raw)}")
+    for key in raw:
+        if key not in schema:
+            raise RecipeError(f"{source}: {prefix}{key}: {_unknown_key_text(key, schema, prefix)}")
+    result = {}
+    for key, spec in schema.items():
+        value = raw.get(key)
+        if isinstance(spec, Mapping):
+            result[key] = _validate_section(value, spec, source, f"{prefix}{key}.")
+        else:
+            result[key] = _validate_value(value, key in raw, spec, source, f"{prefix}{key}")
+    return result
+
+
+def _validate_value(value: Any, present: bool, spec: Field, source: str, key: str) -> Any:
+    where = key
+    if isinstance(value, _Override):
+        where, value = f"--set {value.key}", value.value
+    if not present:
+        return copy.deepcopy(spec.default)
+    if value is None:
+        if spec.nullable:
+            return None
+        raise RecipeError(f"{source}: {where}: expected {_expected(spec)}, got null")
+    try:
+        return _convert(value, spec)
+    except _Invalid as exc:
+        raise RecipeError(f"{source}: {where}: {exc}") from None
+
+
+class _Invalid(Exception):
+    pass
+
+
+def _convert(value: Any, spec: Field) -> Any:
+    if spec.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Invalid(f"expected an integer, got {_show(value)}")
+        _check_range(value, spec)
+    elif spec.kind == "number":
+        value = _as_number(value)
+        _check_range(value, spec)
+    elif spec.kind == "bool":
+        if not isinstance(value, bool):
+            raise _Invalid(f"expected true or false, got {_show(value)}")
+    elif spec.kind in ("str", "choice"):
+        if not isinstance(value, str) or not value:
+            raise _Invalid(f"expected {_expected(spec)}, got {_show(value)}")
+        if spec.kind == "choice" and value not in spec.choices:
+            raise _Invalid(f"expected one of {', '.join(spec.choices)}, got {value!r}")
+    elif spec.kind == "str_list":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise _Invalid(f"expected a list of names, got {_show(value)}")
+    elif spec.kind == "number_list":
+        if not isinstance(value, list):
+            raise _Invalid(f"expected a list of numbers, got {_show(value)}")
+        value = [_as_number(v) for v in value]
+        if spec.length is not None and len(value) != spec.length:
+            raise _Invalid(f"expected {spec.length} numbers, got {len(value)}")
+    else:  # pragma: no cover - schema bug
+        raise AssertionError(f"unknown field kind {spec.kind!r}")
+    if spec.check is not None and (problem := spec.check(value)):
+        raise _Invalid(problem)
+    return value
+
+
+def _as_number(value: Any) -> float | int:
+    # PyYAML follows YAML 1.1, where "5e-3" (no dot) is a string, not a float: accept such text.
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise _Invalid(f"expected a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise _Invalid(f"expected a finite number, got {value!r}")
+        return number
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Invalid(f"expected a number, got {_show(value)}")
+    if not math.isfinite(value):
+        raise _Invalid(f"expected a finite number, got {value!r}")
+    return value
+
+
+def _check_range(value: float, spec: Field) -> None:
+    if spec.minimum is not None:
+        if value < spec.minimum or (spec.exclusive_minimum and value == spec.minimum):
+            relation = ">" if spec.exclusive_minimum else ">="
+            raise _Invalid(f"expected a value {relation} {spec.minimum:g}, got {value!r}")
+    if spec.maximum is not None and value > spec.maximum:
+        raise _Invalid(f"expected a value <= {spec.maximum:g}, got {value!r}")
+
+
+def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> None:
+    """Constraints between keys, and names only the pse/data registries know."""
+    data = recipe["data"]
+    if data["source"] == "smiles" and not data["smiles_file"]:
+        raise RecipeError(f"{source}: data.smiles_file: required when data.source is 'smiles'")
+    if data["source"] not in BUILTIN_SOURCES:
+        known = _known_datasets()
+        if known is not None and data["source"] not in known:
+            raise RecipeError(f"{source}: {_where(raw, 'data', 'source')}: unknown source {data['source']!r}; choose "
+                              f"{', '.join(BUILTIN_SOURCES + tuple(known))}")
+    node_names, graph_names = _known_pse_names()
+    for key, allowed in (("node_targets", node_names), ("graph_targets", graph_names)):
+        names = data[key]
+        bad = [n for n in names if n not in allowed]
+        if bad:
+            raise RecipeError(f"{source}: {_where(raw, 'data', key)}: unknown PSE {bad[0]!r}; "
+                              f"choose from {', '.join(allowed)}")
+        if len(set(names)) != len(names):
+            raise RecipeError(f"{source}: {_where(raw, 'data', key)}: names repeat: {names}")
+    if not data["node_targets"] and not data["graph_targets"]:
+        raise RecipeError(f"{source}: data.node_targets: node_targets and graph_targets are both "
+                          f"empty; nothing to pretrain on")
+
+
+def _where(raw: Mapping[str, Any], section: str, key: str) -> str:
+    value = (raw.get(section) or {}).get(key) if isinstance(raw.get(section), Mapping) else None
+    return f"--set {value.key}" if isinstance(value, _Override) else f"{section}.{key}"
+
+
+def _known_pse_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    try:
+        from .pse.registry import GRAPH_TARGETS, NODE_TARGETS, PSE_REGISTRY
+    except ImportError:
+        return _DEFAULT_NODE_TARGETS, _DEFAULT_GRAPH_TARGETS
+    node = tuple(n for n, s in PSE_REGISTRY.items() if getattr(s, "level", "node") == "node")
+    graph = tuple(n for n, s in PSE_REGISTRY.items() if getattr(s, "level", "") == "graph")
+    return node or tuple(NODE_TARGETS), graph or tuple(GRAPH_TARGETS)
+
+
+def _known_datasets() -> tuple[str, ...] | None:
+    """Dataset names the data registry can load, or None when the registry is unavailable."""
+    try:
+        from .data.registry import available_datasets
+    except ImportError:
+        return None
+    return tuple(available_datasets())
+
+
+# ----------------------------------------------------------------------------------------------
+# helpers: messages, dumping
+
+
+def _unknown_key_text(key: str, section: Any, prefix: str) -> str:
+    if not isinstance(section, Mapping):
+        return f"{prefix.rstrip('.')} is not a section"
+    close = difflib.get_close_matches(str(key), [str(k) for k in section], n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    where = f"in {prefix.rstrip('.')}" if prefix else "at the top level"
+    return f"unknown key{hint}; known keys {where}: {', '.join(section)}"
+
+
+def _expected(spec: Field) -> str:
+    return {
+        "int": "an integer", "number": "a number", "bool": "true or false",
+        "str": "a non-empty string", "choice": f"one of {', '.join(spec.choices)}",
+        "str_list": "a list of names", "number_list": "a list of numbers",
+    }[spec.kind]
+
+
+def _type_name(value: Any) -> str:
+    return {list: "a list", dict: "a mapping", str: "a string"}.get(type(value), type(value).__name__)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def get(recipe: Mapping[str, Any], dotted_key: str) -> Any:
+    """``get(recipe, "general_pipeline.optimizer.lr")``."""
+    node: Any = recipe
+    for part in dotted_key.split("."):
+        node = node[part]
+    return node
+
+
+def dump_recipe(recipe: Mapping[str, Any]) -> str:
+    """The recipe as YAML text (sections in schema order)."""
+    return yaml.safe_dump(dict(recipe), sort_keys=False, default_flow_style=None)
+
+
+def describe_schema(schema: Mapping[str, Any] = PRETRAIN_SCHEMA, prefix: str = "") -> list[str]:
+    """One line per key: ``path (default): help`` (used by docs and ``--help``)."""
+    lines = []
+    for key, spec in schema.items():
+        if isinstance(spec, Mapping):
+            lines += describe_schema(spec, f"{prefix}{key}.")
+        else:
+            lines.append(f"{prefix}{key} (default {spec.default!r}): {spec.help}")
+    return lines

@@ -1,0 +1,619 @@
+"""GPSE pretraining from a validated recipe (:mod:`gpse_dgl.recipes`).
+
+``pretrain(recipe)`` runs the paper's procedure: unique molecular skeletons split 90 / 5 / 5, targets
+computed once and cached, fresh N(0, 1) input features at every step, AdamW with a cosine schedule
+after a linear warm-up (stepped per epoch by default, as in the paper), gradient-norm clipping, R^2 on
+the validation set after every epoch, the best checkpoint by validation R^2 evaluated on the test set.
+
+Outputs under ``general_pipeline.save_path``::
+
+    best.pt          checkpoint of the epoch with the best validation R^2 (what ``encode`` loads)
+    last.pt          checkpoint after the latest completed epoch (what ``--resume`` continues from)
+    metrics.json     data summary, per-epoch history, best epoch, validation and test R^2 per PSE
+    recipe.yaml      the validated recipe with every default filled in
+    tensorboard/     TensorBoard event files (loss per step, R^2 per PSE per epoch)
+
+Reproducibility: every source of randomness (weight init, batch order, input features, dropout) is
+seeded from ``recipe["seed"]`` and, inside training, re-derived at the start of every epoch from
+``(seed, epoch)``. So a run interrupted after any epoch and resumed gives bit-identical results to an
+uninterrupted one (on the same device and thread count); a kill mid-epoch loses only that epoch.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .. import _env  # noqa: F401
+from ..recipes import dump_recipe
+from ..utils.errors import CheckpointError, RecipeError
+from . import checkpoint as ckpt
+from .data import PretrainingData, build_pretraining_data, describe_sizes
+from .metrics import R2Accumulator
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a run writes its outputs."""
+
+    root: Path
+
+    @property
+    def best(self) -> Path:
+        return self.root / "best.pt"
+
+    @property
+    def last(self) -> Path:
+        return self.root / "last.pt"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.json"
+
+    @property
+    def recipe(self) -> Path:
+        return self.root / "recipe.yaml"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.root / "tensorboard"
+
+
+@dataclass
+class TrainState:
+    """Progress that a checkpoint carries besides the tensors."""
+
+    epoch: int = 0  # completed epochs
+    best_metric: float = -math.inf
+    best_epoch: int = -1
+    history: list = field(default_factory=list)
+
+
+def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrite: bool = False,
+             log: Callable[[str], None] | None = None,
+             on_epoch_end: Callable[[dict], None] | None = None) -> dict:
+    """Pretrain GPSE as ``recipe`` says; return the summary also written to ``metrics.json``.
+
+    Parameters
+    ----------
+    recipe : dict
+        A validated recipe (:func:`gpse_dgl.recipes.load_recipe`).
+    resume : bool
+        Continue from ``<save_path>/last.pt``.
+    progress : bool
+        Show tqdm progress bars.
+    overwrite : bool
+        Start afresh even if ``save_path`` already holds a run (its checkpoints are replaced).
+    log : callable
+        Receives one-line status messages (default: ``tqdm.write``, or nothing when
+        ``progress`` is False).
+    on_epoch_end : callable
+        Called with the epoch's record (``epoch``, ``lr``, ``train``, ``val``, ``seconds``) after its
+        checkpoints are written; raise ``StopIteration`` in it to end training early (the best
+        checkpoint is then evaluated as usual). Any other exception aborts the run.
+    """
+    started = time.perf_counter()
+    log = log or (_tqdm_write if progress else (lambda message: None))
+    general = recipe["general_pipeline"]
+    paths = RunPaths(Path(general["save_path"]))
+    _check_run_directory(paths, resume, overwrite)
+    with _torch_threads(general["num_threads"]):
+        return _run(recipe, paths, resume, progress, log, started, on_epoch_end)
+
+
+def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, started: float,
+         on_epoch_end) -> dict:
+    general = recipe["general_pipeline"]
+    device = resolve_device(recipe["device"])
+    data = build_pretraining_data(recipe["data"], progress=progress, log=log)
+    log(f"data: {describe_sizes(data)}; ready after {time.perf_counter() - started:.1f} s")
+    model_config = model_config_from_recipe(recipe["model"], data)
+    torch.manual_seed(derive_seed(recipe["seed"], "init"))
+    model = build_model(model_config, recipe["model"]["backend"]).to(device)
+    optimizer = build_optimizer(model, general["optimizer"])
+    steps_per_epoch = data.splits["train"].num_batches(general["batch_size"])
+    scheduler = build_scheduler(optimizer, general, steps_per_epoch)
+    state = TrainState()
+    if resume:
+        state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler)
+        log(f"resume: {paths.last} after epoch {state.epoch}")
+    paths.root.mkdir(parents=True, exist_ok=True)
+    paths.recipe.write_text(dump_recipe(recipe), encoding="utf-8")
+    log(f"model: {num_parameters(model):,} parameters on {device}; "
+        f"{steps_per_epoch} steps per epoch")
+
+    eval_batch_size = general["eval_batch_size"] or general["batch_size"]
+    eval_batches = {split: list(data.splits[split].batches(eval_batch_size))
+                    for split in ("val", "test") if len(data.splits[split])}
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(str(paths.tensorboard), purge_step=state.epoch * steps_per_epoch + 1)
+    try:
+        stop_reason = _train_epochs(recipe, data, model, optimizer, scheduler, state, eval_batches,
+                                    model_config, paths, writer, device, progress, log, started,
+                                    on_epoch_end)
+        summary = _final_evaluation(recipe, data, model, state, eval_batches, model_config, paths,
+                                    writer, device, started, stop_reason)
+    finally:
+        writer.close()
+    return summary
+
+
+# ----------------------------------------------------------------------------------------------
+# building blocks
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> cuda when available, else cpu; other names are checked to exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RecipeError(f"device: {name!r} requested but CUDA is not available here")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None)
+                                     and torch.backends.mps.is_available()):
+        raise RecipeError(f"device: {name!r} requested but MPS is not available here")
+    return device
+
+
+def model_config_from_recipe(model_recipe: dict, data: PretrainingData) -> dict:
+    """:meth:`GPSEForPretraining.to_config` layout (stored in checkpoints to rebuild the model)."""
+    return {
+        "encoder": {"dim_in": model_recipe["dim_in"], "dim_hidden": model_recipe["dim_hidden"],
+                    "num_layers": model_recipe["num_layers"], "dropout": model_recipe["dropout"],
+                    "virtual_node": model_recipe["virtual_node"]},
+        "heads": {"dim_in": model_recipe["dim_hidden"], "num_node_targets": data.num_node_columns,
+                  "num_graph_targets": data.num_graph_columns, "node_hidden": model_recipe["head_hidden"],
+                  "graph_hidden": model_recipe["graph_head_hidden"], "dropout": model_recipe["dropout"],
+                  "pooling": model_recipe["pooling"]},
+    }
+
+
+def build_model(model_config: dict, backend: str | None = None) -> torch.nn.Module:
+    """``GPSEForPretraining`` from a :func:`model_config_from_recipe` config."""
+    from ..nn.gpse import GPSEForPretraining
+
+    return GPSEForPretraining.from_config(model_config, backend=backend)
+
+
+def build_optimizer(model: torch.nn.Module, optimizer_recipe: dict) -> torch.optim.Optimizer:
+    optimizer_class = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[optimizer_recipe["name"]]
+    return optimizer_class(model.parameters(), lr=optimizer_recipe["lr"],
+                           weight_decay=optimizer_recipe["weight_decay"])
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, general: dict, steps_per_epoch: int):
+    """``LambdaLR`` whose factor is a function of the (fractional) epoch reached.
+
+    ``cosine_with_warmup`` is the authors' (HuggingFace's) schedule: linear from ~0 to the peak over
+    ``warmup_epochs``, then half a cosine down to 0 at ``num_epochs``. With ``interval: epoch`` it is
+    stepped once per epoch, as in the paper; with ``interval: step`` after every optimiser step.
+    """
+    schedule = general["lr_scheduler"]
+    per_step = schedule["interval"] == "step"
+    unit = steps_per_epoch if per_step else 1  # scheduler ticks per epoch
+    warmup, total = schedule["warmup_epochs"] * unit, general["num_epochs"] * unit
+
+    def cosine_with_warmup(tick: int) -> float:
+        if tick < warmup:
+            return max(1e-6, tick / max(1.0, warmup))
+        progress_ = (tick - warmup) / max(1.0, total - warmup)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress_)))
+
+    factor = cosine_with_warmup if schedule["name"] == "cosine_with_warmup" else (lambda tick: 1.0)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def derive_seed(seed: int, *keys) -> int:
+    """A 63-bit seed determined by ``seed`` and ``keys`` (ints or strings), independent streams."""
+    words = [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF]
+    words += [zlib.crc32(str(k).encode()) if not isinstance(k, int) else k & 0xFFFFFFFF for k in keys]
+    return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+def training_features(graph, dim: int, generator: torch.Generator) -> torch.Tensor:
+    """Fresh N(0, 1) input features for a training batch, drawn from the run's ``generator``."""
+    from ..nn.random_features import random_node_features
+
+    return random_node_features(graph, dim=dim, generator=generator)
+
+
+def evaluation_features(graph, dim: int, seed: int) -> torch.Tensor:
+    """N(0, 1) input features fixed per graph by ``seed`` (independent of batching), so every
+    evaluation of a model sees the same inputs and validation scores are comparable across epochs."""
+    from ..nn.random_features import random_node_features
+
+    return random_node_features(graph, dim=dim, seed=seed)
+
+
+def num_parameters(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------
+# the loop
+
+
+def _train_epochs(recipe, data, model, optimizer, scheduler, state, eval_batches, model_config, paths,
+                  writer, device, progress, log, started, on_epoch_end) -> str:
+    general = recipe["general_pipeline"]
+    num_epochs = general["num_epochs"]
+    limit = general["time_limit_minutes"]
+    epochs = range(state.epoch, num_epochs)
+    bar = _progress_bar(epochs, progress, desc="epochs", unit="epoch", initial=state.epoch,
+                        total=num_epochs)
+    stop_reason = "completed"
+    eval_seconds = 0.0  # duration of the latest validation, to budget the evaluations still to come
+    for epoch in bar:
+        epoch_started = time.perf_counter()
+        train_stats = _train_one_epoch(recipe, data, model, optimizer, scheduler, epoch, writer,
+                                       device, progress)
+        train_seconds = time.perf_counter() - epoch_started
+        # Would another epoch overrun the budget? Count its training and validation, this epoch's
+        # validation and the final validation + test evaluation of the best checkpoint.
+        projected = time.perf_counter() - started + train_seconds + 4 * eval_seconds
+        out_of_time = limit is not None and projected > limit * 60
+        final = epoch + 1 == num_epochs or out_of_time
+        record = {"epoch": epoch + 1, "lr": train_stats.pop("lr"), "train": train_stats}
+        if "val" in eval_batches and ((epoch + 1) % general["eval_every"] == 0 or final):
+            eval_started = time.perf_counter()
+            record["val"] = evaluate(model, eval_batches["val"], data, recipe["seed"], device,
+                                     model_config["encoder"]["dim_in"])
+            eval_seconds = time.perf_counter() - eval_started
+            _note_best(state, record, epoch)
+        record["seconds"] = round(time.perf_counter() - epoch_started, 2)
+        state.epoch = epoch + 1
+        state.history.append(record)
+        _log_epoch(writer, record, state.epoch * data.splits["train"].num_batches(general["batch_size"]))
+        if state.best_epoch == state.epoch:
+            ckpt.save_checkpoint(paths.best, _payload(model, optimizer, scheduler, recipe, state,
+                                                      model_config, data))
+        ckpt.save_checkpoint(paths.last, _payload(model, optimizer, scheduler, recipe, state,
+                                                  model_config, data))
+        _write_metrics(paths, _summary(recipe, data, model, state, model_config, paths, started,
+                                       status="running"))
+        log(_epoch_line(record, state))
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{record['train']['loss']:.4f}",
+                            val_r2=f"{record.get('val', {}).get('r2', math.nan):.4f}")
+        if out_of_time and epoch + 1 < num_epochs:
+            stop_reason = f"time limit of {limit:g} min reached after epoch {epoch + 1}"
+            log(f"stop: {stop_reason}")
+            break
+        if on_epoch_end is not None:
+            try:
+                on_epoch_end(record)
+            except StopIteration:
+                stop_reason = f"stopped by on_epoch_end after epoch {epoch + 1}"
+                break
+    return stop_reason
+
+
+def _train_one_epoch(recipe, data, model, optimizer, scheduler, epoch, writer, device, progress) -> dict:
+    """One pass over the training graphs; every random draw derives from (seed, epoch)."""
+    general = recipe["general_pipeline"]
+    seed, train = recipe["seed"], data.splits["train"]
+    batch_size, dim_in = general["batch_size"], recipe["model"]["dim_in"]
+    per_step = general["lr_scheduler"]["interval"] == "step"
+    order = torch.Generator().manual_seed(derive_seed(seed, "batch order", epoch))
+    features = torch.Generator().manual_seed(derive_seed(seed, "features", epoch))
+    torch.manual_seed(derive_seed(seed, "dropout", epoch))  # dropout draws from the global generator
+    steps = train.num_batches(batch_size)
+    first_step = epoch * steps
+    lr = optimizer.param_groups[0]["lr"]
+    model.train()
+    totals: dict[str, float] = {}
+    graphs_seen = 0
+    bar = _progress_bar(train.batches(batch_size, order, shuffle=True), progress, desc=f"epoch {epoch + 1}",
+                        unit="batch", total=steps, leave=False)
+    for step, (graph, node_true, graph_true) in enumerate(bar):
+        x = training_features(graph, dim_in, features).to(device)
+        node_pred, graph_pred = model(graph, x)
+        loss, parts = _loss(node_pred, node_true.to(device), graph_pred, graph_true.to(device), graph)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if general["clip_grad_norm"] is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), general["clip_grad_norm"])
+        optimizer.step()
+        if per_step:
+            scheduler.step()
+        batch_graphs = graph.batch_size
+        graphs_seen += batch_graphs
+        for name, value in {"loss": loss, **parts}.items():
+            totals[name] = totals.get(name, 0.0) + _scalar(value) * batch_graphs
+        if (step + 1) % general["log_every"] == 0 or step + 1 == steps:
+            writer.add_scalar("train/loss_step", _scalar(loss), first_step + step + 1)
+            writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], first_step + step + 1)
+        if hasattr(bar, "set_postfix"):
+            bar.set_postfix(loss=f"{_scalar(loss):.4f}")
+    if not per_step:
+        scheduler.step()
+    stats = {name: total / max(graphs_seen, 1) for name, total in totals.items()}
+    stats["lr"] = lr
+    return stats
+
+
+def _loss(node_pred, node_true, graph_pred, graph_true, graph):
+    from ..nn.loss import gpse_loss
+
+    loss, parts = gpse_loss(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes())
+    # counts such as num_pairs are not losses: keep only the loss terms for logging
+    return loss, {f"loss_{name}": value for name, value in (parts or {}).items()
+                  if not name.startswith("num_")}
+
+
+def _scalar(value) -> float:
+    return float(value.detach()) if isinstance(value, torch.Tensor) else float(value)
+
+
+@torch.no_grad()
+def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, device: torch.device,
+             dim_in: int) -> dict:
+    """Loss and R^2 report (:class:`R2Accumulator`) over pre-built batches.
+
+    Input features are seeded per graph, so repeated evaluations of the same model agree.
+    """
+    was_training = model.training
+    model.eval()
+    accumulator = R2Accumulator(data.columns, data.num_node_columns)
+    loss_total, graphs = 0.0, 0
+    feature_seed = derive_seed(seed, "evaluation features")
+    for graph, node_true, graph_true in batches:
+        x = evaluation_features(graph, dim_in, feature_seed).to(device)
+        node_pred, graph_pred = model(graph, x)
+        loss, _ = _loss(node_pred, node_true.to(device), graph_pred, graph_true.to(device), graph)
+        accumulator.update(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes())
+        loss_total += float(loss) * graph.batch_size
+        graphs += graph.batch_size
+    model.train(was_training)
+    report = accumulator.compute()
+    report["loss"] = loss_total / max(graphs, 1)
+    return report
+
+
+def _note_best(state: TrainState, record: dict, epoch: int) -> None:
+    value = record["val"]["r2"]
+    if not math.isnan(value) and value > state.best_metric:
+        state.best_metric, state.best_epoch = value, epoch + 1
+
+
+# ----------------------------------------------------------------------------------------------
+# checkpoints and resuming
+
+
+def _payload(model, optimizer, scheduler, recipe, state: TrainState, model_config, data) -> dict:
+    return {
+        "format": ckpt.FORMAT,
+        "format_version": ckpt.FORMAT_VERSION,
+        "model_state": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "model_config": dict(model_config),
+        "optimizer_state": optimizer.state_dict(),
+        "scheduler_state": scheduler.state_dict(),
+        "rng_state": ckpt.capture_rng_state(),
+        "recipe": recipe,
+        "epoch": state.epoch,
+        "best_metric": state.best_metric,
+        "best_epoch": state.best_epoch,
+        "history": _json_safe(state.history),
+        "node_targets": list(data.node_names),
+        "graph_targets": list(data.graph_names),
+        # graph head outputs are z-scores when set: raw value = output * std + mean
+        "graph_target_scaling": data.graph_target_scaling,
+    }
+
+
+def _restore(path: Path, recipe, model_config, model, optimizer, scheduler) -> TrainState:
+    payload = ckpt.load_pretrain_checkpoint(path)
+    _check_same_run(path, payload, recipe, model_config)
+    try:
+        model.load_state_dict(payload["model_state"])
+        optimizer.load_state_dict(payload["optimizer_state"])
+        scheduler.load_state_dict(payload["scheduler_state"])
+        ckpt.restore_rng_state(payload["rng_state"])
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot resume from it ({_first_line(exc)})") from None
+    return TrainState(int(payload["epoch"]), float(payload["best_metric"]), int(payload["best_epoch"]),
+                      list(payload["history"]))
+
+
+def _check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict) -> None:
+    """Resuming is only meaningful with the same data, model and seed."""
+    saved = payload.get("recipe", {})
+    for section in ("seed", "data", "model"):
+        if saved.get(section) != recipe[section]:
+            difference = _first_difference(saved.get(section), recipe[section], section)
+            raise CheckpointError(f"{path}: was written by a different recipe ({difference}); resume "
+                                  f"with the same data, model and seed, or use another save_path")
+    if payload["model_config"] != model_config:
+        difference = _first_difference(payload["model_config"], model_config, "model_config")
+        raise CheckpointError(f"{path}: model differs from the checkpoint's ({difference})")
+
+
+def _first_difference(old, new, prefix: str) -> str:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in list(new) + [k for k in old if k not in new]:
+            if old.get(key) != new.get(key):
+                return _first_difference(old.get(key), new.get(key), f"{prefix}.{key}")
+    return f"{prefix}: checkpoint {old!r}, recipe {new!r}"
+
+
+def _check_run_directory(paths: RunPaths, resume: bool, overwrite: bool) -> None:
+    if resume and not paths.last.exists():
+        raise CheckpointError(f"{paths.last}: checkpoint not found; nothing to resume in "
+                              f"{paths.root} (run without --resume to start)")
+    if not resume and not overwrite and paths.last.exists():
+        raise CheckpointError(f"{paths.root} already holds a run ({paths.last.name}); pass --resume "
+                              f"to continue it, --overwrite to replace it, or choose another --out")
+    if overwrite and not resume:
+        for stale in (paths.best, paths.last, paths.metrics):
+            stale.unlink(missing_ok=True)
+        if paths.tensorboard.is_dir():
+            for event_file in paths.tensorboard.glob("events.out.tfevents.*"):
+                event_file.unlink()
+
+
+# ----------------------------------------------------------------------------------------------
+# final evaluation, summaries, logging
+
+
+def _final_evaluation(recipe, data, model, state, eval_batches, model_config, paths, writer, device,
+                      started, stop_reason) -> dict:
+    """Evaluate the best checkpoint on validation and test data; write and return the summary."""
+    source = paths.best if paths.best.exists() else paths.last
+    payload = ckpt.load_pretrain_checkpoint(source)
+    model.load_state_dict(payload["model_state"])
+    results = {split: evaluate(model, batches, data, recipe["seed"], device,
+                                 model_config["encoder"]["dim_in"])
+               for split, batches in eval_batches.items()}
+    global_step = state.epoch * data.splits["train"].num_batches(recipe["general_pipeline"]["batch_size"])
+    for split, report in results.items():
+        _add_r2_scalars(writer, f"best_{split}", report, global_step)
+    summary = _summary(recipe, data, model, state, model_config, paths, started, status=stop_reason)
+    summary.update(evaluated_checkpoint=str(source), final={k: _drop_columns(v) for k, v in results.items()})
+    summary["r2_table"] = r2_table(results)
+    _write_metrics(paths, summary)
+    return summary
+
+
+def r2_table(results: dict) -> list[dict]:
+    """Rows ``{"pse", "val", "test"}`` (R^2 per PSE, then ``Overall``) for printing."""
+    splits = [s for s in ("val", "test") if s in results]
+    if not splits:
+        return []
+    names = list(results[splits[0]]["r2_per_pse"])
+    rows = [{"pse": name, **{s: results[s]["r2_per_pse"][name] for s in splits}} for name in names]
+    rows.append({"pse": "Overall", **{s: results[s]["r2"] for s in splits}})
+    return rows
+
+
+def format_r2_table(rows: list[dict]) -> str:
+    """Plain-text table of :func:`r2_table` rows."""
+    if not rows:
+        return "(no held-out data)"
+    splits = [k for k in rows[0] if k != "pse"]
+    lines = [f"{'PSE':<12}" + "".join(f"{'R^2 ' + s:>12}" for s in splits)]
+    for row in rows:
+        lines.append(f"{row['pse']:<12}" + "".join(f"{_fmt(row[s]):>12}" for s in splits))
+    return "\n".join(lines)
+
+
+def _summary(recipe, data, model, state, model_config, paths, started, status) -> dict:
+    best = next((r for r in state.history if r["epoch"] == state.best_epoch), None)
+    return {
+        "status": status,
+        "epochs_completed": state.epoch,
+        "best_epoch": state.best_epoch,
+        "best_val_r2": state.best_metric if state.best_epoch > 0 else None,
+        "best_val": _drop_columns(best["val"]) if best and "val" in best else None,
+        "wall_time_seconds": round(time.perf_counter() - started, 2),
+        "data": data.info,
+        "model": {"config": model_config, "num_parameters": num_parameters(model)},
+        "paths": {"run": str(paths.root), "best_checkpoint": str(paths.best),
+                  "last_checkpoint": str(paths.last), "metrics": str(paths.metrics),
+                  "tensorboard": str(paths.tensorboard), "recipe": str(paths.recipe)},
+        "history": [{**r, "val": _drop_columns(r["val"])} if "val" in r else r for r in state.history],
+        "recipe": recipe,
+    }
+
+
+def _drop_columns(report: dict | None) -> dict | None:
+    return None if report is None else {k: v for k, v in report.items() if k != "r2_per_column"}
+
+
+def _write_metrics(paths: RunPaths, summary: dict) -> None:
+    paths.root.mkdir(parents=True, exist_ok=True)
+    tmp = paths.metrics.with_name(paths.metrics.name + ".tmp")
+    tmp.write_text(json.dumps(_json_safe(summary), indent=1, allow_nan=False), encoding="utf-8")
+    os.replace(tmp, paths.metrics)
+
+
+def _log_epoch(writer, record: dict, global_step: int) -> None:
+    writer.add_scalar("train/loss", record["train"]["loss"], global_step)
+    for name, value in record["train"].items():
+        if name.startswith("loss_"):
+            writer.add_scalar(f"train/{name}", value, global_step)
+    writer.add_scalar("epoch", record["epoch"], global_step)
+    if "val" in record:
+        _add_r2_scalars(writer, "val", record["val"], global_step)
+
+
+def _add_r2_scalars(writer, prefix: str, report: dict, step: int) -> None:
+    writer.add_scalar(f"{prefix}/loss", report["loss"], step)
+    writer.add_scalar(f"{prefix}/r2", report["r2"], step)
+    writer.add_scalar(f"{prefix}/r2_global", report["r2_global"], step)
+    for name, value in report["r2_per_pse"].items():
+        writer.add_scalar(f"{prefix}/r2_{name}", value, step)
+
+
+def _epoch_line(record: dict, state: TrainState) -> str:
+    val = record.get("val")
+    val_text = (f"val loss {val['loss']:.4f} R^2 {_fmt(val['r2'])}" if val else "no validation")
+    best = " (best)" if state.best_epoch == record["epoch"] else ""
+    return (f"epoch {record['epoch']:>3}: lr {record['lr']:.2e} train loss {record['train']['loss']:.4f}"
+            f"; {val_text}{best}; {record['seconds']:.1f} s")
+
+
+def _fmt(value) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
+
+
+def _json_safe(value):
+    """NaN/inf -> None, tensors -> lists, tuples -> lists (JSON and weights-only friendly)."""
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return _json_safe(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (np.floating, np.integer)):
+        return _json_safe(value.item())
+    return value
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
+
+
+def _progress_bar(iterable, enabled: bool, **kwargs):
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, dynamic_ncols=True, **kwargs)
+
+
+def _tqdm_write(message: str) -> None:
+    from tqdm.auto import tqdm
+
+    tqdm.write(message)
+
+
+@contextlib.contextmanager
+def _torch_threads(num_threads: int | None):
+    if num_threads is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+__all__ = ["pretrain", "evaluate", "RunPaths", "TrainState", "build_model", "build_optimizer",
+           "build_scheduler", "model_config_from_recipe", "derive_seed", "training_features",
+           "evaluation_features", "resolve_device", "r2_table",
+           "format_r2_table"]

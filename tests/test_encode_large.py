@@ -1,0 +1,140 @@
+"""Large-graph inference: exact layer-wise == full forward; sampled with full fan-outs == exact."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import dgl
+
+from gpse_dgl.encode import encode, encode_dataset, encode_large, encode_sampled
+from gpse_dgl.encode.functional import EncoderWeights
+from gpse_dgl.encode.graphs import as_simple_undirected
+from gpse_dgl.encode.large_graph import _plan_chunks, expand_fanouts, layerwise_forward, virtual_node_edges
+from gpse_dgl.nn.gpse import GPSE
+
+
+def _model(dim: int = 32, layers: int = 6, virtual_node: bool = True, seed: int = 0) -> GPSE:
+    torch.manual_seed(seed)
+    model = GPSE(dim_hidden=dim, num_layers=layers, virtual_node=virtual_node)
+    gen = torch.Generator().manual_seed(seed)
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm1d):
+            module.running_mean.copy_(torch.randn(module.num_features, generator=gen) * 0.2)
+            module.running_var.copy_(torch.rand(module.num_features, generator=gen) + 0.5)
+    return model.eval()
+
+
+def _graph(n: int, m: int, seed: int = 0) -> dgl.DGLGraph:
+    torch.manual_seed(seed)
+    src, dst = torch.randint(0, n, (m,)), torch.randint(0, n, (m,))
+    return as_simple_undirected(dgl.graph((src, dst), num_nodes=n))
+
+
+@pytest.fixture(scope="module")
+def mid_graph():
+    # ~3k nodes with a hub, so some chunks hold a single high-degree node
+    g = _graph(3000, 9000, seed=1)
+    hub_src = torch.zeros(400, dtype=torch.int64)
+    hub_dst = torch.arange(1, 401)
+    return as_simple_undirected(dgl.add_edges(g, hub_src, hub_dst))
+
+
+def test_virtual_node_layout_matches_the_encoder():
+    from gpse_dgl.nn.virtual_node import add_virtual_nodes
+
+    g = dgl.batch([dgl.graph(([0, 1], [1, 0]), num_nodes=3), dgl.graph(([0], [1]))])
+    src, dst, n = virtual_node_edges(g)
+    aug, info = add_virtual_nodes(g)
+    assert n == aug.num_nodes() == info.num_nodes
+    assert torch.equal(src, aug.edges()[0]) and torch.equal(dst, aug.edges()[1])
+
+
+def test_chunk_plan_covers_every_edge_once(mid_graph):
+    src, dst, n = virtual_node_edges(mid_graph)
+    for budget in (97, 1000, 5000):
+        chunks = _plan_chunks(src, dst, n, budget)
+        assert chunks[0].start == 0 and chunks[-1].stop == n
+        assert all(a.stop == b.start for a, b in zip(chunks, chunks[1:]))
+        edges = sum(block.num_edges() for c in chunks for block in c.blocks)
+        assert edges == src.numel()
+        assert all(block.num_edges() <= budget for c in chunks for block in c.blocks)
+        # the virtual node (last row, in-degree 3000) is split into pieces when it exceeds the budget
+        vn_chunk = [c for c in chunks if c.start <= n - 1 < c.stop][0]
+        assert len(vn_chunk.blocks) == max(1, -(-mid_graph.num_nodes() // budget))
+
+
+@pytest.mark.parametrize("chunk_edges", [97, 4096, 1 << 20])
+def test_layerwise_equals_full_forward(mid_graph, chunk_edges):
+    model = _model()
+    x = torch.randn(mid_graph.num_nodes(), model.dim_in)
+    with torch.no_grad():
+        expected = model(mid_graph, x)
+    got = encode_large(model, mid_graph, x=x, chunk_edges=chunk_edges)
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_layerwise_batched_and_without_virtual_node():
+    graphs = [_graph(n, 3 * n, seed=n) for n in (5, 40, 300)]
+    batch = dgl.batch(graphs)
+    for virtual_node in (True, False):
+        model = _model(virtual_node=virtual_node)
+        x = torch.randn(batch.num_nodes(), model.dim_in)
+        with torch.no_grad():
+            expected = model(batch, x)
+        weights = EncoderWeights.from_model(model)
+        with torch.no_grad():
+            got = layerwise_forward(weights, batch, x, chunk_edges=50)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_layerwise_detects_a_wrong_weight(mid_graph):
+    """The comparison above can fail: a perturbed BatchNorm statistic is noticed."""
+    model = _model()
+    x = torch.randn(mid_graph.num_nodes(), model.dim_in)
+    with torch.no_grad():
+        expected = model(mid_graph, x)
+        weights = EncoderWeights.from_model(model)
+        weights.layers[2].norm.shift[0] += 0.5
+        got = layerwise_forward(weights, mid_graph, x)
+    assert (got - expected).abs().max() > 1e-3
+
+
+def test_encode_switches_to_layerwise_above_the_memory_budget(mid_graph):
+    model = _model()
+    plain = encode(model, mid_graph, seed=4)
+    small_budget = encode(model, mid_graph, seed=4, max_forward_bytes=1)
+    torch.testing.assert_close(small_budget, plain, rtol=0, atol=1e-5)
+    out = encode_dataset(model, [mid_graph, _graph(20, 40)], seed=4, progress=False, max_forward_bytes=1 << 20)
+    torch.testing.assert_close(out[0], plain, rtol=0, atol=1e-5)
+
+
+def test_sampled_with_full_fanouts_is_exact():
+    g = _graph(400, 1600, seed=2)
+    model = _model(layers=4)
+    x = torch.randn(g.num_nodes(), model.dim_in)
+    with torch.no_grad():
+        expected = model(g, x)
+    max_in_degree = g.num_nodes()  # the virtual node's
+    for fanouts in ((max_in_degree,), (-1,)):
+        got = encode_sampled(model, g, x=x, fanouts=fanouts, batch_size=128)
+        torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+def test_sampled_small_fanouts_approximate_and_reproducible():
+    g = _graph(400, 1600, seed=2)
+    model = _model(layers=4)
+    exact = encode(model, g, seed=0)
+    a = encode_sampled(model, g, fanouts=(3, 2), batch_size=100, seed=0)
+    b = encode_sampled(model, g, fanouts=(3, 2), batch_size=100, seed=0)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert torch.isfinite(a).all() and (a - exact).abs().max() > 1e-3
+    assert (a - encode_sampled(model, g, fanouts=(3, 2), batch_size=100, seed=1)).abs().max() > 1e-4
+
+
+def test_expand_fanouts():
+    assert expand_fanouts((30, 20, 10, 5), 20) == [30, 20, 10] + [5] * 17
+    assert expand_fanouts([7], 3) == [7, 7, 7]
+    assert expand_fanouts((30, 20, 10, 5), 2) == [30, 20]
+    for bad in ((), (0,), (-2,)):
+        with pytest.raises(ValueError):
+            expand_fanouts(bad, 3)

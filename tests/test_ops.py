@@ -1,0 +1,142 @@
+"""The "dgl" and "torch" message-passing backends agree (values and gradients) for every op."""
+import pytest
+import torch
+
+import dgl
+from gpse_dgl.nn import ops
+
+TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+def _graphs():
+    torch.manual_seed(0)
+    n = 13
+    src = torch.randint(0, n, (60,))
+    dst = torch.randint(0, n, (60,))
+    multi = dgl.graph((src, dst), num_nodes=n + 3)  # multi-edges, self-loops, 3 isolated nodes
+    empty = dgl.graph(([], []), num_nodes=4)  # no edges
+    block = dgl.create_block((torch.tensor([0, 1, 5, 2, 5, 4]), torch.tensor([0, 0, 1, 2, 2, 2])),
+                             num_src_nodes=6, num_dst_nodes=3)
+    return {"multi": multi, "empty": empty, "block": block}
+
+
+GRAPHS = _graphs()
+
+
+def _inputs(g, shape=(4,), seed=1):
+    gen = torch.Generator().manual_seed(seed)
+    src = torch.randn((g.num_src_nodes(),) + shape, generator=gen)
+    dst = torch.randn((g.num_dst_nodes(),) + shape, generator=gen)
+    edge = torch.randn((g.num_edges(),) + shape, generator=gen)
+    return src, dst, edge
+
+
+def _run(fn, g, tensors, backend):
+    leaves = [t.clone().requires_grad_(True) for t in tensors]
+    out = fn(g, *leaves, backend=backend)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(7))
+    (out * weight).sum().backward()
+    grads = [leaf.grad if leaf.grad is not None else torch.zeros_like(leaf) for leaf in leaves]
+    return out.detach(), grads
+
+
+CASES = {
+    "u_add_v": (ops.u_add_v, lambda s, d, e: (s, d)),
+    "u_dot_v": (ops.u_dot_v, lambda s, d, e: (s, d)),
+    "copy_u": (ops.copy_u, lambda s, d, e: (s,)),
+    "copy_v": (ops.copy_v, lambda s, d, e: (d,)),
+    "copy_u_sum": (ops.copy_u_sum, lambda s, d, e: (s,)),
+    "copy_u_mean": (ops.copy_u_mean, lambda s, d, e: (s,)),
+    "copy_e_sum": (ops.copy_e_sum, lambda s, d, e: (e,)),
+    "u_mul_e_sum": (ops.u_mul_e_sum, lambda s, d, e: (s, e)),
+    "u_mul_e_sum_bcast": (ops.u_mul_e_sum, lambda s, d, e: (s, e[:, :1])),
+    "edge_softmax": (lambda g, e, backend: ops.edge_softmax(g, e, backend=backend), lambda s, d, e: (e,)),
+    "gated_sum": (lambda g, d, s, v, backend: ops.gated_sum(g, d, s, v, backend=backend),
+                  lambda s, d, e: (d, s, s * 0.5 + 1)),
+}
+
+
+@pytest.mark.parametrize("gname", sorted(GRAPHS))
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_backends_agree(case, gname):
+    g = GRAPHS[gname]
+    if case == "copy_v" and g.is_block:
+        pytest.skip("copy_v on a block indexes destination features")
+    fn, pick = CASES[case]
+    tensors = pick(*_inputs(g))
+    out_dgl, grads_dgl = _run(fn, g, tensors, "dgl")
+    out_torch, grads_torch = _run(fn, g, tensors, "torch")
+    assert out_dgl.shape == out_torch.shape
+    torch.testing.assert_close(out_dgl, out_torch, **TOL)
+    for a, b in zip(grads_dgl, grads_torch):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_reference_values():
+    """Spot values on a tiny graph, so a bug shared by both backends is caught too."""
+    g = dgl.graph(([0, 1, 2, 2], [1, 2, 0, 1]), num_nodes=3)
+    x = torch.tensor([[1.0], [2.0], [4.0]])
+    for backend in ("dgl", "torch"):
+        assert ops.copy_u_sum(g, x, backend=backend).flatten().tolist() == [4.0, 5.0, 2.0]
+        assert ops.copy_u_mean(g, x, backend=backend).flatten().tolist() == [4.0, 2.5, 2.0]
+        assert ops.u_add_v(g, x, 10 * x, backend=backend).flatten().tolist() == [21.0, 42.0, 14.0, 24.0]
+        e = torch.tensor([[1.0], [1.0], [1.0], [3.0]])
+        soft = ops.edge_softmax(g, e.log(), backend=backend).flatten()
+        torch.testing.assert_close(soft, torch.tensor([0.25, 1.0, 1.0, 0.75]))
+    assert ops.in_degrees(g, "cpu").tolist() == [1, 2, 1]
+    assert ops.copy_u(g, x).flatten().tolist() == [1.0, 2.0, 4.0, 4.0]
+    assert ops.copy_v(g, x).flatten().tolist() == [2.0, 4.0, 1.0, 2.0]
+
+
+@pytest.mark.parametrize("backend", ["dgl", "torch"])
+@pytest.mark.parametrize("chunk_edges", [None, 0, 1, 5, 1000])
+def test_gated_sum_matches_definition(backend, chunk_edges):
+    g = GRAPHS["multi"]
+    k, q, _ = _inputs(g, (6,), seed=3)
+    v = torch.randn_like(q)
+    src, dst = g.edges()
+    expected = torch.zeros_like(k).index_add_(0, dst, torch.sigmoid(k[dst] + q[src]) * v[src])
+    with torch.no_grad():  # the chunked path
+        out = ops.gated_sum(g, k, q, v, backend=backend, chunk_edges=chunk_edges)
+    torch.testing.assert_close(out, expected, **TOL)
+    out_grad = ops.gated_sum(g, k.requires_grad_(), q, v, backend=backend, chunk_edges=chunk_edges)
+    torch.testing.assert_close(out_grad.detach(), expected, **TOL)
+
+
+def test_gated_sum_block_chunked():
+    g = GRAPHS["block"]
+    s, d, _ = _inputs(g, (3,))
+    v = torch.randn_like(s)
+    src, dst = g.edges()
+    expected = torch.zeros_like(d).index_add_(0, dst, torch.sigmoid(d[dst] + s[src]) * v[src])
+    for backend in ("dgl", "torch"):
+        with torch.no_grad():
+            torch.testing.assert_close(ops.gated_sum(g, d, s, v, backend=backend, chunk_edges=2), expected, **TOL)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "max"])
+def test_readout_and_segment_reduce(op):
+    graphs = [dgl.graph(([0], [1]), num_nodes=2), dgl.graph(([], []), num_nodes=0), dgl.graph(([], []), num_nodes=3)]
+    bg = dgl.batch(graphs)
+    x = torch.tensor([[1.0, -1.0], [3.0, float("inf")], [-2.0, 0.0], [-4.0, 1.0], [-6.0, 2.0]])
+    out = ops.readout(bg, x, op)
+    expected = {
+        "sum": [[4.0, float("inf")], [0.0, 0.0], [-12.0, 3.0]],
+        "mean": [[2.0, float("inf")], [0.0, 0.0], [-4.0, 1.0]],
+        "max": [[3.0, float("inf")], [0.0, 0.0], [-2.0, 2.0]],
+    }[op]
+    assert out.tolist() == expected
+    perm = torch.tensor([4, 0, 3, 1, 2])
+    seg = ops.segment_ids(bg, "cpu")
+    torch.testing.assert_close(ops.segment_reduce(x[perm], seg[perm], 3, op), out)
+
+
+def test_resolve_backend(monkeypatch):
+    assert ops.resolve_backend("torch", torch.device("cpu")) == "torch"
+    assert ops.resolve_backend(None, torch.device("cpu")) in ("dgl", "torch")
+    monkeypatch.setenv("GPSE_DGL_BACKEND", "torch")
+    assert ops.resolve_backend(None, torch.device("cpu")) == "torch"
+    with pytest.raises(ValueError, match="unknown message-passing backend"):
+        ops.resolve_backend("cuda-magic", torch.device("cpu"))
+    with pytest.raises(ValueError, match="unknown readout"):
+        ops.readout(dgl.graph(([0], [0])), torch.ones(1, 1), "median")

@@ -1,0 +1,215 @@
+"""GPSE pretraining on CPU with a tiny model: data assembly, learning, outputs, resume equivalence."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+from gpse_dgl.recipes import load_recipe, validate_recipe
+from gpse_dgl.train import pretrain as pretrain_module
+from gpse_dgl.train.checkpoint import load_pretrain_checkpoint
+from gpse_dgl.train.data import GraphCollection, build_pretraining_data
+from gpse_dgl.train.pretrain import build_scheduler, pretrain
+from gpse_dgl.utils.errors import CheckpointError
+
+NUM_GRAPHS = 60
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("targets_cache")
+
+
+def tiny_recipe(save_path, cache_dir, **general) -> dict:
+    recipe = validate_recipe({
+        "data": {"max_graphs": NUM_GRAPHS, "cache_dir": str(cache_dir), "split": [0.8, 0.1, 0.1]},
+        "model": {"dim_hidden": 16, "num_layers": 2, "head_hidden": 8, "graph_head_hidden": 16,
+                  "dropout": 0.1},
+        "general_pipeline": {"num_epochs": 2, "batch_size": 16, "save_path": str(save_path),
+                             "num_threads": 1, "optimizer": {"lr": 0.01},
+                             "lr_scheduler": {"warmup_epochs": 1}, **general},
+        "device": "cpu",
+    }, "test")
+    return recipe
+
+
+def run(recipe, **kwargs):
+    return pretrain(copy.deepcopy(recipe), progress=False, **kwargs)
+
+
+# ------------------------------------------------------------------ data
+
+
+def test_data_split_targets_and_cache_reuse(cache_dir):
+    recipe = tiny_recipe("unused", cache_dir)
+    first = build_pretraining_data(recipe["data"], log=lambda m: None)
+    again = build_pretraining_data(recipe["data"], log=lambda m: None)
+    assert again.info["cache"] == "reused"
+    sizes = [len(first.splits[s]) for s in ("train", "val", "test")]
+    assert sum(sizes) == NUM_GRAPHS and sizes == [48, 6, 6]
+    assert first.num_node_columns == 51 and first.num_graph_columns == 11
+    assert len(first.columns) == 62 and first.columns[0] == ("ElstaticPE", 0)
+    for name in ("train", "val", "test"):
+        assert torch.equal(first.splits[name].src, again.splits[name].src)
+        assert torch.equal(first.splits[name].node_targets, again.splits[name].node_targets)
+        assert torch.equal(first.splits[name].graph_targets, again.splits[name].graph_targets)
+    other = copy.deepcopy(recipe["data"])
+    other["split_seed"] = 1
+    reseeded = build_pretraining_data(other, log=lambda m: None)
+    assert reseeded.info["cache"] == "written"
+    assert not torch.equal(reseeded.splits["val"].num_nodes, first.splits["val"].num_nodes)
+
+
+def test_collection_batches_match_dgl_batch(cache_dir):
+    import dgl
+
+    data = build_pretraining_data(tiny_recipe("unused", cache_dir)["data"], log=lambda m: None)
+    train = data.splits["train"]
+    order = torch.tensor([5, 0, 7, 3])
+    graph, node_targets, graph_targets = train.batch(order)
+    singles = [train.batch(torch.tensor([i]))[0] for i in order.tolist()]
+    reference = dgl.batch(singles)
+    assert torch.equal(graph.batch_num_nodes(), reference.batch_num_nodes())
+    assert torch.equal(graph.batch_num_edges(), reference.batch_num_edges())
+    assert all(torch.equal(a, b) for a, b in zip(graph.edges(), reference.edges()))
+    expected_rows = torch.cat([train.batch(torch.tensor([i]))[1] for i in order.tolist()])
+    assert torch.equal(node_targets, expected_rows)
+    assert torch.equal(graph_targets, train.graph_targets[order])
+
+
+def test_scheduler_warms_up_then_follows_a_cosine():
+    general = tiny_recipe("unused", "unused")["general_pipeline"]
+    general.update(num_epochs=10)
+    general["lr_scheduler"].update(warmup_epochs=2, interval="epoch")
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    scheduler = build_scheduler(optimizer, general, steps_per_epoch=7)
+    rates = []
+    for _ in range(10):
+        rates.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    assert rates[0] == pytest.approx(1e-6) and rates[1] == pytest.approx(0.5) and rates[2] == 1.0
+    assert rates[6] == pytest.approx(0.5 * (1 + math.cos(math.pi * 4 / 8)))
+    assert all(a > b for a, b in zip(rates[2:], rates[3:]))
+
+
+# ------------------------------------------------------------------ training
+
+
+def test_tiny_run_learns_and_writes_all_outputs(tmp_path, cache_dir):
+    recipe = tiny_recipe(tmp_path / "run", cache_dir, num_epochs=5)
+    summary = run(recipe)
+    losses = [record["train"]["loss"] for record in summary["history"]]
+    assert len(losses) == 5 and losses[-1] < 0.92 * losses[0], losses
+
+    paths = summary["paths"]
+    metrics = json.loads(open(paths["metrics"], encoding="utf-8").read())
+    assert metrics["status"] == "completed" and metrics["epochs_completed"] == 5
+    assert 1 <= metrics["best_epoch"] <= 5
+    table = {row["pse"]: row for row in metrics["r2_table"]}
+    assert set(table) == {"ElstaticPE", "LapPE", "RWSE", "HKdiagSE", "EigVals", "CycleGE", "Overall"}
+    assert metrics["final"]["test"]["r2"] == table["Overall"]["test"]
+    assert metrics["final"]["val"]["r2"] == pytest.approx(metrics["best_val_r2"])
+
+    best = torch.load(paths["best_checkpoint"], weights_only=True)
+    assert best["epoch"] == metrics["best_epoch"] and best["format"] == "gpse-dgl-pretrain"
+    model = pretrain_module.build_model(best["model_config"])
+    model.load_state_dict(best["model_state"])
+    assert best["model_config"] == model.to_config()
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    assert load_recipe(paths["recipe"]) == recipe
+
+
+class Killed(Exception):
+    pass
+
+
+def assert_same_run(a: dict, b: dict, path_a, path_b):
+    """Bit-identical weights, optimiser moments and metrics."""
+    last_a, last_b = load_pretrain_checkpoint(path_a / "last.pt"), load_pretrain_checkpoint(path_b / "last.pt")
+    for key, tensor in last_a["model_state"].items():
+        assert torch.equal(tensor, last_b["model_state"][key]), key
+    for slot, state in last_a["optimizer_state"]["state"].items():
+        for name, value in state.items():
+            assert torch.equal(torch.as_tensor(value), torch.as_tensor(last_b["optimizer_state"]["state"][slot][name]))
+    assert a["final"] == b["final"]
+    assert [r["train"] for r in a["history"]] == [r["train"] for r in b["history"]]
+    assert a["best_epoch"] == b["best_epoch"]
+
+
+def test_resume_after_an_epoch_gives_identical_results(tmp_path, cache_dir):
+    straight = run(tiny_recipe(tmp_path / "straight", cache_dir))
+
+    def kill_after_first_epoch(record):
+        if record["epoch"] == 1:
+            raise Killed
+
+    interrupted = tiny_recipe(tmp_path / "interrupted", cache_dir)
+    with pytest.raises(Killed):
+        run(interrupted, on_epoch_end=kill_after_first_epoch)
+    assert load_pretrain_checkpoint(tmp_path / "interrupted" / "last.pt")["epoch"] == 1
+    resumed = run(interrupted, resume=True)
+    assert_same_run(straight, resumed, tmp_path / "straight", tmp_path / "interrupted")
+
+
+def test_kill_mid_epoch_loses_only_that_epoch(tmp_path, cache_dir, monkeypatch):
+    straight = run(tiny_recipe(tmp_path / "straight", cache_dir))
+    recipe = tiny_recipe(tmp_path / "killed", cache_dir)
+    original, calls = pretrain_module.training_features, []
+    steps_per_epoch = 3  # 48 training graphs / batch 16
+
+    def die_in_second_epoch(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == steps_per_epoch + 2:
+            raise Killed
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pretrain_module, "training_features", die_in_second_epoch)
+    with pytest.raises(Killed):
+        run(recipe)
+    monkeypatch.setattr(pretrain_module, "training_features", original)
+    assert load_pretrain_checkpoint(tmp_path / "killed" / "last.pt")["epoch"] == 1
+    resumed = run(recipe, resume=True)
+    assert_same_run(straight, resumed, tmp_path / "straight", tmp_path / "killed")
+
+
+def test_run_directory_guards(tmp_path, cache_dir):
+    recipe = tiny_recipe(tmp_path / "run", cache_dir, num_epochs=1)
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        run(recipe, resume=True)
+    run(recipe)
+    with pytest.raises(CheckpointError, match="already holds a run"):
+        run(recipe)
+    changed = copy.deepcopy(recipe)
+    changed["model"]["num_layers"] = 3
+    with pytest.raises(CheckpointError, match=r"different recipe \(model.num_layers: checkpoint 2, recipe 3\)"):
+        run(changed, resume=True)
+    summary = run(recipe, overwrite=True)
+    assert summary["epochs_completed"] == 1
+
+
+def test_stop_early_from_callback_still_evaluates_best(tmp_path, cache_dir):
+    def stop(record):
+        raise StopIteration
+
+    summary = run(tiny_recipe(tmp_path / "run", cache_dir, num_epochs=3), on_epoch_end=stop)
+    assert summary["epochs_completed"] == 1 and summary["status"].startswith("stopped")
+    assert summary["r2_table"][-1]["pse"] == "Overall"
+
+
+def test_cli_prints_where_outputs_went(tmp_path, cache_dir, capsys):
+    from gpse_dgl.cli import main
+
+    recipe_file = tmp_path / "r.yaml"
+    recipe_file.write_text(
+        f"data: {{max_graphs: {NUM_GRAPHS}, cache_dir: '{cache_dir}', split: [0.8, 0.1, 0.1]}}\n"
+        "model: {dim_hidden: 8, num_layers: 1, head_hidden: 4, graph_head_hidden: 8}\n"
+        "general_pipeline: {num_epochs: 1, batch_size: 32, num_threads: 1}\n", encoding="utf-8")
+    main(["pretrain", str(recipe_file), "--out", str(tmp_path / "out"), "--device", "cpu", "--no-progress"])
+    out = capsys.readouterr().out
+    assert f"best checkpoint:  {tmp_path / 'out' / 'best.pt'}" in out
+    assert "metrics:" in out and "tensorboard logs:" in out
+    assert "Overall" in out and "R^2 test" in out

@@ -1,0 +1,250 @@
+"""Batching, permutation equivariance, input handling, dense limit / sparse path, targets and transform."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import dgl
+from _pse_graphs import (GRAPH_PSES, NODE_PSES, assert_lap_pe_equivalent, complete, cycle, graph, path,
+                         permute, random_graphs, sym_spectrum)
+from gpse_dgl.pse import (ALL_PSES, AddPSE, PSE_REGISTRY, compute_pse_tensors, compute_pses,
+                          per_graph_standardize, pretraining_targets, register_pse, resolve_pse_names,
+                          target_columns)
+from gpse_dgl.pse.standardize import standardize_stack
+from gpse_dgl.utils.errors import GPSEError, GraphTooLargeError
+
+
+@pytest.fixture(scope="module")
+def mixed():
+    from gpse_dgl.data.molecules import load_embedded_molecules
+
+    return load_embedded_molecules()[::60] + random_graphs(seed=5, trees=15, er=15, multi=15)
+
+
+def _split(result):
+    counts = result.num_nodes.tolist()
+    return {name: torch.split(value, counts) for name, value in result.node.items()}
+
+
+# ------------------------------------------------------------------------------------------- batching
+def test_batched_equals_one_by_one(mixed):
+    together = compute_pse_tensors(mixed)
+    nodes = _split(together)
+    for i, g in enumerate(mixed):
+        alone = compute_pse_tensors([g])
+        for name in NODE_PSES:
+            torch.testing.assert_close(nodes[name][i], alone.node[name], atol=1e-6, rtol=0)
+        for name in GRAPH_PSES:
+            torch.testing.assert_close(together.graph[name][i], alone.graph[name][0], atol=1e-6, rtol=0)
+
+
+def test_chunking_and_batched_graph_input(mixed):
+    ref = compute_pse_tensors(mixed)
+    tiny_chunks = compute_pse_tensors(mixed, chunk_bytes=1)  # one graph per chunk
+    batched = compute_pse_tensors([dgl.batch(mixed[:20]), dgl.batch(mixed[20:])])
+    for other in (tiny_chunks, batched):
+        assert torch.equal(other.num_nodes, ref.num_nodes)
+        for table in ("node", "graph"):
+            for name, value in getattr(ref, table).items():
+                torch.testing.assert_close(getattr(other, table)[name], value, atol=1e-6, rtol=0)
+
+
+def test_compute_pses_writes_ndata_and_graph_level(mixed):
+    graphs = [g.clone() for g in mixed[:10]]
+    graphs[0].ndata["feat"] = torch.ones(graphs[0].num_nodes(), 3)
+    out, graph_level = compute_pses(graphs, "RWSE,EigVals")
+    assert out is not None and len(out) == 10 and out[0] is graphs[0]
+    assert set(graph_level) == {"EigVals"} and graph_level["EigVals"].shape == (10, 4)
+    assert graph_level["EigVals"].dtype == torch.float32
+    for g in graphs:
+        assert g.ndata["RWSE"].shape == (g.num_nodes(), 20) and g.ndata["RWSE"].dtype == torch.float32
+        assert "EigVals" not in g.ndata
+    assert torch.equal(graphs[0].ndata["feat"], torch.ones(graphs[0].num_nodes(), 3))  # untouched
+    single, gl = compute_pses(graphs[1], ["LapPE"])
+    assert single is graphs[1] and gl == {}
+
+
+def test_only_needed_decompositions(monkeypatch):
+    """EigVals alone uses eigvalsh (no eigenvectors); node PSEs use one eigh per Laplacian kind."""
+    calls = {"eigh": 0, "eigvalsh": 0}
+    real_eigh, real_eigvalsh = torch.linalg.eigh, torch.linalg.eigvalsh
+
+    def eigh(x):
+        calls["eigh"] += 1
+        return real_eigh(x)
+
+    def eigvalsh(x):
+        calls["eigvalsh"] += 1
+        return real_eigvalsh(x)
+
+    monkeypatch.setattr(torch.linalg, "eigh", eigh)
+    monkeypatch.setattr(torch.linalg, "eigvalsh", eigvalsh)
+    graphs = [cycle(5), cycle(6), complete(5)]  # two size groups
+    compute_pse_tensors(graphs, ["EigVals"])
+    assert calls == {"eigh": 0, "eigvalsh": 2}
+    calls.update(eigh=0, eigvalsh=0)
+    compute_pse_tensors(graphs, ALL_PSES)
+    assert calls == {"eigh": 4, "eigvalsh": 0}  # (sym + comb) x 2 groups, shared by all five spectral PSEs
+    calls.update(eigh=0, eigvalsh=0)
+    compute_pse_tensors(graphs, ["CycleGE"])
+    assert calls == {"eigh": 0, "eigvalsh": 0}
+
+
+# ------------------------------------------------------------------------------------ equivariance
+def test_permutation_equivariance(mixed):
+    rng = np.random.default_rng(7)
+    perms = [rng.permutation(g.num_nodes()) for g in mixed]
+    permuted = [permute(g, p) for g, p in zip(mixed, perms)]
+    a, b = compute_pse_tensors(mixed), compute_pse_tensors(permuted)
+    na, nb = _split(a), _split(b)
+    simple = 0
+    for i, (g, p) in enumerate(zip(mixed, perms)):
+        for name in NODE_PSES:
+            x, y = na[name][i].double().numpy(), nb[name][i][torch.as_tensor(p)].double().numpy()
+            if name == "LapPE":  # compare per eigenspace: rotations inside repeated eigenvalues are free
+                simple += assert_lap_pe_equivalent(y, x, sym_spectrum(g), atol=1e-5)
+            else:
+                np.testing.assert_allclose(y, x, atol=1e-5, err_msg=name)
+        for name in GRAPH_PSES:
+            np.testing.assert_allclose(b.graph[name][i], a.graph[name][i], atol=1e-5, err_msg=name)
+    assert simple > 50
+
+
+# --------------------------------------------------------------------------------------- input forms
+def test_directed_self_loops_multi_edges_are_simplified():
+    base = graph(5, [(0, 1), (1, 2), (2, 0), (2, 3)])
+    directed = graph(5, [(0, 1), (2, 1), (2, 0), (3, 2)], bidirected=False)
+    messy = graph(5, [(0, 1), (1, 2), (2, 0), (2, 3), (0, 1), (3, 3), (4, 4), (2, 3)])
+    ref = compute_pse_tensors([base])
+    for other in (directed, messy):
+        res = compute_pse_tensors([other])
+        for table in ("node", "graph"):
+            for name, value in getattr(ref, table).items():
+                torch.testing.assert_close(getattr(res, table)[name], value, atol=1e-6, rtol=0)
+    assert ref.graph["CycleGE"][0, 0] == 4  # self-loops and duplicates not counted as edges
+
+
+def test_empty_inputs():
+    graphs, gl = compute_pses([])
+    assert graphs == [] and all(v.shape == (0, PSE_REGISTRY[k].dim) for k, v in gl.items())
+    empty = graph(0, [])
+    g, gl = compute_pses(empty)
+    assert all(g.ndata[n].shape == (0, PSE_REGISTRY[n].dim) for n in NODE_PSES)
+    assert all(torch.equal(v, torch.zeros(1, PSE_REGISTRY[k].dim)) for k, v in gl.items())
+
+
+def test_no_nan_anywhere():
+    graphs = [graph(0, []), graph(1, []), graph(4, []), graph(3, [(0, 1)]), path(2), complete(2)]
+    for normalize in (False, True):
+        res = compute_pse_tensors(graphs, normalize=normalize)
+        for value in list(res.node.values()) + list(res.graph.values()):
+            assert torch.isfinite(value).all()
+
+
+def test_bad_names_and_heterographs():
+    with pytest.raises(ValueError, match="unknown PSE 'Nope'"):
+        compute_pses([cycle(4)], ["Nope"])
+    assert resolve_pse_names("rwse, LapPE,RWSE") == ["RWSE", "LapPE"]
+    hetero = dgl.heterograph({("a", "r", "b"): (torch.tensor([0]), torch.tensor([0]))})
+    with pytest.raises(GPSEError, match="homogeneous"):
+        compute_pses([hetero], ["RWSE"])
+    with pytest.raises(TypeError):
+        compute_pses([np.zeros(3)])
+
+
+# ------------------------------------------------------------------------------- dense limit / sparse
+def test_dense_only_pse_over_limit_raises_before_work():
+    graphs = [cycle(4), cycle(12)]
+    for name in ("ElstaticPE", "HKdiagSE"):
+        with pytest.raises(GraphTooLargeError, match=r"graph 1 has 12 nodes, above dense_limit=10.*--dense-limit"):
+            compute_pses(graphs, [name, "RWSE"], dense_limit=10)
+    # CycleGE has no dense step and ignores the limit; raising the limit makes the others work
+    compute_pse_tensors(graphs, ["CycleGE"], dense_limit=10)
+    compute_pse_tensors(graphs, ["ElstaticPE"], dense_limit=12)
+
+
+def test_sparse_path_matches_dense():
+    pytest.importorskip("gpse_dgl.pse.sparse")
+    rng = np.random.default_rng(11)
+    graphs = random_graphs(seed=12, trees=4, er=0, multi=4)
+    graphs += [path(40), cycle(33)]
+    graphs = [g for g in graphs if g.num_nodes() >= 12]
+    names = ["LapPE", "EigVals", "RWSE"]
+    dense = compute_pse_tensors(graphs, names)
+    sparse = compute_pse_tensors(graphs, names, dense_limit=11)
+    torch.testing.assert_close(sparse.node["RWSE"], dense.node["RWSE"], atol=1e-5, rtol=0)
+    torch.testing.assert_close(sparse.graph["EigVals"], dense.graph["EigVals"], atol=1e-5, rtol=0)
+    sd, ss = _split(dense)["LapPE"], _split(sparse)["LapPE"]
+    for g, a, b in zip(graphs, sd, ss):
+        assert_lap_pe_equivalent(b.numpy(), a.numpy(), sym_spectrum(g), atol=1e-4)
+    del rng
+
+
+# -------------------------------------------------------------------------------- standardisation
+def test_normalize_flag_and_stack_standardisation(mixed):
+    raw = compute_pse_tensors(mixed, ["RWSE", "ElstaticPE", "EigVals"])
+    norm = compute_pse_tensors(mixed, ["RWSE", "ElstaticPE", "EigVals"], normalize=True)
+    for name in ("RWSE", "ElstaticPE"):
+        expected = per_graph_standardize(raw.node[name].double(), raw.num_nodes)
+        torch.testing.assert_close(norm.node[name].double(), expected, atol=2e-5, rtol=0)
+    torch.testing.assert_close(norm.graph["EigVals"], raw.graph["EigVals"])  # graph level stays raw
+    x = torch.randn(7, 5, 3, dtype=torch.float64)
+    torch.testing.assert_close(standardize_stack(x).reshape(-1, 3),
+                               per_graph_standardize(x.reshape(-1, 3), [5] * 7))
+
+
+# ------------------------------------------------------------------------------------------ targets
+def test_pretraining_targets(mixed):
+    graphs = [g.clone() for g in mixed[:25]]
+    y_graph = pretraining_targets(graphs)
+    assert y_graph.shape == (25, 11) and y_graph.dtype == torch.float32
+    norm = compute_pse_tensors(graphs, normalize=True)
+    node = torch.cat([norm.node[n] for n in ("ElstaticPE", "LapPE", "RWSE", "HKdiagSE")], dim=1)
+    stacked = torch.cat([g.ndata["gpse_node_target"] for g in graphs])
+    assert stacked.shape == (node.shape[0], 51)
+    torch.testing.assert_close(stacked, node)
+    torch.testing.assert_close(y_graph, torch.cat([norm.graph["EigVals"], norm.graph["CycleGE"]], dim=1))
+    assert "RWSE" not in graphs[0].ndata
+    cols = target_columns()
+    assert len(cols) == 62 and cols[0] == ("ElstaticPE", 0) and cols[7] == ("LapPE", 0)
+    assert cols[51] == ("EigVals", 0) and cols[-1] == ("CycleGE", 6)
+    with pytest.raises(ValueError, match="graph-level"):
+        target_columns(node_names=["EigVals"])
+
+
+# ---------------------------------------------------------------------------------------- transform
+def test_add_pse_transform():
+    g = cycle(5)
+    g = AddPSE(["RWSE", "CycleGE"])(g)
+    assert g.ndata["RWSE"].shape == (5, 20)
+    assert torch.equal(g.ndata["CycleGE"], torch.tensor([[5.0, 0, 0, 1, 0, 0, 0]]).repeat(5, 1))
+    h = AddPSE(["EigVals"], graph_level="attr")(path(4))
+    assert h.graph_pse["EigVals"].shape == (1, 4) and "EigVals" not in h.ndata
+    k = AddPSE(None, graph_level="skip", normalize=True)(complete(4))
+    assert set(k.ndata) == set(NODE_PSES)
+    b = AddPSE(["CycleGE"])(dgl.batch([cycle(3), cycle(4)]))
+    assert b.ndata["CycleGE"][:, 0].tolist() == [3, 3, 3, 4, 4, 4, 4]
+    with pytest.raises(ValueError):
+        AddPSE(graph_level="labels")
+
+
+def test_register_new_pse_is_one_line():
+    def degree_pe(batch):
+        return batch.deg.unsqueeze(-1)
+
+    try:
+        register_pse("DegreeTest", "node", 1, dense=degree_pe)
+        g, _ = compute_pses(path(3), ["DegreeTest"])
+        assert g.ndata["DegreeTest"].squeeze(-1).tolist() == [1, 2, 1]
+    finally:
+        PSE_REGISTRY.pop("DegreeTest", None)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu(mixed):
+    cpu = compute_pse_tensors(mixed, ["RWSE", "ElstaticPE", "HKdiagSE", "EigVals"])
+    gpu = compute_pse_tensors(mixed, ["RWSE", "ElstaticPE", "HKdiagSE", "EigVals"], device="cuda")
+    for table in ("node", "graph"):
+        for name, value in getattr(cpu, table).items():
+            torch.testing.assert_close(getattr(gpu, table)[name], value, atol=1e-5, rtol=0)
