@@ -153,7 +153,8 @@ def main(argv=None) -> None:
     table = tpsa_table(results[DATASET])
     general = recipe["general_pipeline"]
     notes.insert(0, f"TPSA (Å²) of {len(dataset)} RDKit NCI molecules, random 80/10/10 split; GINE "
-                    f"{recipe['model']['num_layers']} x {recipe['model']['dim_hidden']}, {general['num_epochs']} epochs; "
+                    f"{recipe['model']['num_layers']} x {recipe['model']['dim_hidden']}, "
+                    f"{general['num_epochs']} epochs; "
                     f"test MAE at the best validation epoch, mean ± std over {args.seeds} seeds.")
     if checkpoint and "GPSE" in sources:
         notes.append(f"GPSE checkpoint: {checkpoint}")

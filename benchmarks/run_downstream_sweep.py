@@ -72,7 +72,8 @@ PAPER = {
     "ogbg-molpcba": _rows("random", "0.0753 ± 0.0045", "none", "0.2869 ± 0.0012", "LapPE", "0.2939 ± 0.0016",
                           "RWSE", "0.2907 ± 0.0028", "LapPE+RWSE", "0.2854 ± 0.0029", "AllPSE", "0.2826 ± 0.0001",
                           "GPSE", "0.2911 ± 0.0036"),
-    "peptides-struct": _rows("none", "0.3817 ± 0.0207", "LapPE", "0.2500 ± 0.0005 †", "RWSE", "0.2500 ± 0.0005 †",
+    "peptides-struct": _rows("none", "0.3817 ± 0.0207", "LapPE", "0.2500 ± 0.0005 †",
+                             "RWSE", "0.2500 ± 0.0005 †",
                              "AllPSE", "0.2509 ± 0.0028", "GPSE", "0.2464 ± 0.0025"),
     "peptides-func": _rows("none", "0.6231 ± 0.0252", "LapPE", "0.6535 ± 0.0041 †", "RWSE", "0.6535 ± 0.0041 †",
                            "AllPSE", "0.6397 ± 0.0092", "GPSE", "0.6688 ± 0.0151"),
@@ -182,12 +183,20 @@ def row_label(summary: dict, source: str) -> str:
 
 
 def markdown_table(results: dict, splits=("test",), paper: bool = True) -> str:
-    """The paper's layout: one row per PE source, per dataset ``splits`` columns (ours, then the paper's)."""
+    """The paper's layout: one row per PE source, per dataset ``splits`` columns (ours, then the paper's).
+
+    Rows are named ``MODEL+source`` when every dataset uses the same model, else ``source`` with the model
+    named in each column title.
+    """
     names = list(results)
     sources = list(dict.fromkeys(s for name in names for s in results[name]))
-    header, rule = ["model"], ["---"]
+    models = {name: next(iter(results[name].values()))["model"]["name"] for name in names}
+    shared = len(set(models.values())) == 1
+    header, rule = ["model" if shared else "PE"], ["---"]
     for name in names:
         title = DISPLAY.get(name, (None, None, name))[2]
+        if not shared:
+            title += f" ({MODEL_LABELS.get(models[name], models[name])})"
         for split in splits:
             label = f"{title}" + (f" {split}" if len(splits) > 1 else "")
             header += [label] + ([f"paper {split}" if len(splits) > 1 else "paper"] if paper else [])
@@ -195,7 +204,7 @@ def markdown_table(results: dict, splits=("test",), paper: bool = True) -> str:
     lines = ["| " + " | ".join(header) + " |", "| " + " | ".join(rule) + " |"]
     for source in sources:
         first = next(results[n][source] for n in names if source in results[n])
-        cells = [row_label(first, source)]
+        cells = [row_label(first, source) if shared else SOURCE_LABELS.get(source, source)]
         for name in names:
             summary = results[name].get(source)
             for split in splits:

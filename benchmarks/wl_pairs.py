@@ -17,7 +17,8 @@ and plotted, and the separation of the two members is scored in the full encodin
 * ``silhouette``: mean silhouette coefficient of the two members (1 = tight, well-separated groups,
   0 = no separation; identical points count 0);
 * ``gap / spread``: distance between the two members' mean vectors divided by the RMS distance of a
-  vector to its own member's mean (spread floored at 1e-6, so identical encodings give ~0, not 0/0).
+  vector to its own member's mean (differences below 1e-6 of the vectors' norm are rounding noise and
+  count as 0; 0 / 0 reads 0: nothing separates the members).
 
 The paper's claim: random input features separate the members, constant input does not (an MPNN with
 identical inputs is bounded by 1-WL).
@@ -65,8 +66,13 @@ def graph_encodings(model, graphs, mode: str, seed: int = 0) -> np.ndarray:
 
 
 def pca_2d(vectors: np.ndarray) -> np.ndarray:
-    """Projection on the first two principal components (``(n, 2)``; zeros when all rows are equal)."""
+    """Projection on the first two principal components (``(n, 2)``; zeros when all rows are equal).
+
+    Deviations below ``SPREAD_FLOOR`` times the mean vector norm are rounding noise and are zeroed, so
+    encodings that are equal in exact arithmetic plot as one point instead of a magnified noise pattern.
+    """
     centred = vectors - vectors.mean(0, keepdims=True)
+    centred[np.abs(centred) < SPREAD_FLOOR * max(float(np.linalg.norm(vectors, axis=1).mean()), 1e-12)] = 0.0
     _, _, vt = np.linalg.svd(centred, full_matrices=False)
     components = vt[:2] if vt.shape[0] >= 2 else np.vstack([vt, np.zeros_like(vt)])[:2]
     return centred @ components.T
@@ -92,12 +98,18 @@ def silhouette(vectors: np.ndarray, labels: np.ndarray) -> float:
 
 
 def separation(vectors: np.ndarray, labels: np.ndarray) -> dict:
-    """``gap`` between member means, within-member RMS ``spread``, their ``ratio`` and the ``silhouette``."""
+    """``gap`` between member means, within-member RMS ``spread``, their ``ratio`` and the ``silhouette``.
+
+    Gaps and spreads below ``SPREAD_FLOOR`` times the mean vector norm are rounding noise and count as 0;
+    the ratio of two zeros is 0 (nothing separates the members).
+    """
+    tol = SPREAD_FLOOR * max(float(np.linalg.norm(vectors, axis=1).mean()), 1e-12)
     means = [vectors[labels == m].mean(0) for m in (0, 1)]
     gap = float(np.linalg.norm(means[0] - means[1]))
     spread = float(np.sqrt(np.mean([((vectors[labels == m] - means[m]) ** 2).sum(1).mean() for m in (0, 1)])))
-    return {"gap": gap, "spread": spread, "ratio": gap / max(spread, SPREAD_FLOOR),
-            "silhouette": silhouette(vectors, labels)}
+    gap, spread = (0.0 if gap < tol else gap), (0.0 if spread < tol else spread)
+    ratio = gap / spread if spread > 0 else (0.0 if gap == 0 else float("inf"))
+    return {"gap": gap, "spread": spread, "ratio": ratio, "silhouette": silhouette(vectors, labels)}
 
 
 def analyse(model, copies: int = 20, seed: int = 0) -> dict:

@@ -120,6 +120,20 @@ def test_sampled_with_full_fanouts_is_exact():
         torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
 
 
+def test_sampled_subset_of_nodes():
+    g = _graph(300, 1200, seed=5)
+    model = _model(layers=3)
+    x = torch.randn(g.num_nodes(), model.dim_in)
+    full = encode_sampled(model, g, x=x, fanouts=(-1,))
+    nodes = torch.tensor([299, 0, 17, 150])
+    torch.testing.assert_close(encode_sampled(model, g, x=x, fanouts=(-1,), nodes=nodes, batch_size=3),
+                               full[nodes], rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match="repeat"):
+        encode_sampled(model, g, x=x, nodes=torch.tensor([1, 1]))
+    with pytest.raises(ValueError, match="in \\[0, 300\\)"):
+        encode_sampled(model, g, x=x, nodes=torch.tensor([300]))
+
+
 def test_sampled_small_fanouts_approximate_and_reproducible():
     g = _graph(400, 1600, seed=2)
     model = _model(layers=4)

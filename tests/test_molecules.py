@@ -42,6 +42,14 @@ def test_graph_structure_and_dtype():
     assert sorted(deg.tolist()) == [1, 2, 2, 2, 2, 2, 3]
 
 
+def test_skeleton_graph_from_mol_edge_cases():
+    from rdkit import Chem
+
+    assert mol.skeleton_graph_from_mol(Chem.Mol()).num_nodes() == 0
+    g = mol.skeleton_graph_from_mol(Chem.MolFromSmiles("C"))
+    assert g.num_nodes() == 1 and g.num_edges() == 0
+
+
 def test_multi_fragment_is_disconnected():
     g = mol.smiles_to_skeleton("CC.O")
     assert g.num_nodes() == 3 and g.num_edges() == 2

@@ -26,9 +26,7 @@ def _load_graphs(dataset, input_path, smiles, root):
         from ..data.registry import load_dataset
 
         ds = load_dataset(dataset, root=root)
-        labels = {}
-        if ds.labels is not None and ds.task == "graph":
-            labels["label"] = ds.labels
+        labels = {} if ds.labels is None else {"label": ds.labels}  # per graph, or per node (one graph)
         return list(ds.graphs), labels, f"dataset {ds.name} ({ds.task}-level)"
     if input_path is not None:
         graphs, labels = dgl.load_graphs(str(input_path))

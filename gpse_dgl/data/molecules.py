@@ -82,7 +82,8 @@ def _skeleton(mol) -> tuple[str, int, np.ndarray, np.ndarray]:
     # implicit-valence cache that the SMILES writer reads.
     skel.UpdatePropertyCache(strict=False)
     smiles = Chem.MolToSmiles(skel, canonical=True)
-    order = skel.GetProp("_smilesAtomOutputOrder")  # e.g. "[4,3,5,...]": atom index per output position
+    # e.g. "[4,3,5,...]": atom index per output position (absent for an empty molecule)
+    order = skel.GetProp("_smilesAtomOutputOrder") if n else "[]"
     rank = np.empty(n, dtype=np.int64)
     rank[np.array([int(t) for t in order.strip("[]").split(",") if t], dtype=np.int64)] = np.arange(n)
     u, v = np.minimum(rank[a], rank[b]), np.maximum(rank[a], rank[b])

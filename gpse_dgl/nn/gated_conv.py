@@ -136,8 +136,9 @@ class ResGatedConv(nn.Module):
         feat : torch.Tensor or pair of torch.Tensor
             ``(N, in_feats)`` node features, or ``(src_feat, dst_feat)`` for a bipartite graph/block.
         workspace : torch.Tensor, optional
-            A ``(4, N, out_feats)`` scratch buffer used (and overwritten) when autograd is off; lets a
-            stack of layers share one buffer instead of allocating a large tensor per layer.
+            A ``(4, N, out_feats)`` scratch buffer used when autograd is off, so that a stack of layers
+            shares one buffer instead of allocating large tensors per layer. The result is then a view
+            into ``workspace``, overwritten by the next call that uses the same buffer.
 
         Returns
         -------
@@ -151,11 +152,11 @@ class ResGatedConv(nn.Module):
         else:
             feat_src = feat_dst = feat
         key, query, value, skip = self._project(feat_src, feat_dst, workspace)
-        out = ops.gated_sum(graph, key, query, value, backend=self.backend)
-        if torch.is_grad_enabled() and (out.requires_grad or skip.requires_grad):
-            out = out + skip
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (key, query, value, skip)):
+            out = ops.gated_sum(graph, key, query, value, backend=self.backend) + skip
             return out + self.bias if self.bias is not None else out
-        out += skip
+        # No autograd: accumulate the messages into the skip term in place.
+        out = ops.gated_sum(graph, key, query, value, backend=self.backend, out=skip)
         if self.bias is not None:
             out += self.bias
         return out

@@ -43,6 +43,23 @@ def _wants_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
+def _batch_norm_(y: torch.Tensor, norm: nn.BatchNorm1d) -> torch.Tensor:
+    """``norm(y)``, in place on ``y`` in eval mode (no autograd).
+
+    ``y * alpha + beta`` with ``alpha = weight / sqrt(var + eps)``, ``beta = bias - mean * alpha``
+    (the arithmetic of ATen's CPU inference kernel, bit-identical there, and far faster than it on
+    ``(N, C)`` inputs).
+    """
+    if norm.training or not norm.track_running_stats or norm.running_var is None:
+        return norm(y)
+    alpha = torch.rsqrt(norm.running_var + norm.eps)
+    if norm.weight is not None:
+        alpha = alpha * norm.weight
+    beta = -norm.running_mean * alpha if norm.bias is None else torch.addcmul(norm.bias, norm.running_mean, alpha,
+                                                                                value=-1)
+    return torch.addcmul(beta, y, alpha, out=y)
+
+
 class GPSE(nn.Module):
     r"""The GPSE encoder: a deep residual gated GCN over the graph plus one virtual node per graph.
 
@@ -176,7 +193,8 @@ class GPSE(nn.Module):
         # No autograd: same operations, in place where possible, one shared projection buffer.
         workspace = h.new_empty((4, h.shape[0], self.dim_hidden)) if self.num_layers else None
         for conv, norm in zip(self.convs, self.norms):
-            y = self.dropout(norm(conv(aug, h, workspace=workspace))).relu_()
+            y = conv(aug, h, workspace=workspace)
+            y = self.dropout(_batch_norm_(y, norm)).relu_()
             h.addcdiv_(y, torch.linalg.vector_norm(y, dim=1, keepdim=True).clamp_min_(1e-12))
         return h.div_(torch.linalg.vector_norm(h, dim=1, keepdim=True).clamp_min_(1e-12)), info
 

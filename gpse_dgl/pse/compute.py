@@ -126,6 +126,14 @@ def _dense_chunks(num_nodes: np.ndarray, dense_limit: int, chunk_bytes: int):
             yield n, group[start:start + per_chunk]
 
 
+def _finish(value: torch.Tensor, standardize: bool) -> torch.Tensor:
+    """float64 result of a chunk -> optionally standardised per graph -> float32 on the CPU."""
+    value = value.detach().to("cpu", torch.float64)
+    if standardize:
+        value = standardize_stack(value)
+    return value.to(torch.float32)
+
+
 def _check_dense_limit(specs, num_nodes: np.ndarray, dense_limit: int) -> np.ndarray:
     """Ids of graphs above ``dense_limit``; raise if a requested PSE cannot handle them."""
     large = np.flatnonzero(num_nodes > dense_limit)
@@ -152,6 +160,7 @@ def compute_pse_tensors(
     max_cycle_paths: Optional[int] = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     device=None,
+    num_workers: int = 0,
     collection: Optional[EdgeCollection] = None,
 ) -> PSEResult:
     """Compute PSEs of many graphs and return them as stacked tensors (graphs are not modified).
@@ -191,46 +200,72 @@ def compute_pse_tensors(
         bar = tqdm(total=G, unit="graph", desc="PSEs", leave=False)
 
     def store(spec, gids: np.ndarray, n: int, value: torch.Tensor):
-        """Write a ``(B, n, dim)`` / ``(B, dim)`` float64 result for graphs ``gids``."""
-        value = value.detach().to("cpu", torch.float64)
+        """Write a float32 ``(B, n, dim)`` / ``(B, dim)`` result of graphs ``gids``."""
         if spec.level == "node":
-            if normalize:
-                value = standardize_stack(value)
             rows = (coll.node_offset[gids][:, None] + np.arange(n)).reshape(-1)
-            result.node[spec.name][torch.from_numpy(rows)] = value.reshape(-1, spec.dim).to(torch.float32)
+            result.node[spec.name][torch.from_numpy(rows)] = value.reshape(-1, spec.dim)
         else:
-            result.graph[spec.name][torch.from_numpy(np.asarray(gids))] = value.to(torch.float32)
+            result.graph[spec.name][torch.from_numpy(np.asarray(gids))] = value
 
-    # 1) dense, batched by exact size
-    if per_graph:
-        for n, gids in _dense_chunks(num_nodes, dense_limit, chunk_bytes):
-            on_cpu = device is None or torch.device(device).type == "cpu"
-            with _intra_op_threads(1 if on_cpu and n < SINGLE_THREAD_BELOW else None):
-                batch = DenseBatch(coll.dense_adjacency(gids, n, device=device), needs)
-                for s in per_graph:
-                    store(s, gids, n, s.dense(batch))
-                del batch
-            if bar is not None:
-                bar.update(len(gids))
-        # 2) graphs above the dense limit, one by one through the sparse paths
-        for gid in large:
-            sg = SparseGraph(int(num_nodes[gid]), *coll.graph_edges(int(gid)))
-            for s in per_graph:
-                store(s, np.array([gid]), sg.n, torch.as_tensor(np.asarray(s.sparse(sg)))[None])
-            if bar is not None:
-                bar.update(1)
-        if bar is not None:
-            bar.update(int((num_nodes == 0).sum()))
-    # 3) whole-collection PSEs
-    options = {"max_cycle_paths": max_cycle_paths}
-    for s in whole:
-        if bar is not None:
-            bar.set_postfix_str(s.name)
-        value = torch.as_tensor(s.edges(coll, options)).to(torch.float64)
-        if s.level == "node" and normalize:
+    def run_chunk(n: int, gids: np.ndarray) -> list:
+        batch = DenseBatch(coll.dense_adjacency(gids, n, device=device), needs)
+        return [_finish(s.dense(batch), s.level == "node" and normalize) for s in per_graph]
+
+    def run_whole(spec) -> torch.Tensor:
+        value = torch.as_tensor(spec.edges(coll, {"max_cycle_paths": max_cycle_paths})).to(torch.float64)
+        if spec.level == "node" and normalize:
             value = per_graph_standardize(value, num_nodes)
-        target = result.node if s.level == "node" else result.graph
-        target[s.name] = value.to(torch.float32)
+        return value.to(torch.float32)
+
+    on_cpu = device is None or torch.device(device).type == "cpu"
+    chunks = list(_dense_chunks(num_nodes, dense_limit, chunk_bytes)) if per_graph else []
+    small = [c for c in chunks if on_cpu and c[0] < SINGLE_THREAD_BELOW]
+    big = [c for c in chunks if not (on_cpu and c[0] < SINGLE_THREAD_BELOW)]
+    workers = num_workers if num_workers > 0 else torch.get_num_threads()
+    workers = max(1, min(workers, len(small) + len(whole)))
+
+    # 1) whole-collection PSEs (cycles) and small same-size chunks. Tiny matrices gain nothing from
+    #    intra-op threads, so each chunk runs single-threaded and the thread budget goes to running
+    #    chunks side by side instead (LAPACK and most tensor kernels release the GIL).
+    with _intra_op_threads(1 if on_cpu else None):
+        if workers > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+                whole_futures = [pool.submit(run_whole, s) for s in whole]
+                for (n, gids), values in zip(small, pool.map(lambda c: run_chunk(*c), small)):
+                    for s, value in zip(per_graph, values):
+                        store(s, gids, n, value)
+                    if bar is not None:
+                        bar.update(len(gids))
+                whole_values = [f.result() for f in whole_futures]
+        else:
+            for n, gids in small:
+                for s, value in zip(per_graph, run_chunk(n, gids)):
+                    store(s, gids, n, value)
+                if bar is not None:
+                    bar.update(len(gids))
+            whole_values = [run_whole(s) for s in whole]
+    for s, value in zip(whole, whole_values):
+        (result.node if s.level == "node" else result.graph)[s.name] = value
+
+    # 2) larger chunks, one after the other with torch's intra-op threads (threaded LAPACK pays there)
+    for n, gids in big:
+        for s, value in zip(per_graph, run_chunk(n, gids)):
+            store(s, gids, n, value)
+        if bar is not None:
+            bar.update(len(gids))
+
+    # 3) graphs above the dense limit, one by one through the sparse paths
+    for gid in large:
+        sg = SparseGraph(int(num_nodes[gid]), *coll.graph_edges(int(gid)))
+        for s in per_graph:
+            value = torch.as_tensor(np.asarray(s.sparse(sg)))[None]
+            store(s, np.array([gid]), sg.n, _finish(value, s.level == "node" and normalize))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.update(int((num_nodes == 0).sum()))
     if bar is not None:
         bar.close()
     for table in (result.node, result.graph):
@@ -294,9 +329,11 @@ def compute_pses(
         Graphs with more nodes use the sparse paths (LapPE, EigVals, RWSE); dense-only PSEs
         (ElstaticPE, HKdiagSE) raise :class:`~gpse_dgl.utils.errors.GraphTooLargeError` for them.
     num_workers : int
-        Accepted for API stability and ignored: the batched path is bound by LAPACK calls that already
-        run back to back in C, and measured process pools did not pay for their start-up and transfer cost
-        on the target machines (see ``benchmarks/pse_speed.py``).
+        Threads that process small same-size chunks (and the cycle count) side by side; 0 (default)
+        uses ``torch.get_num_threads()``, 1 runs everything in the calling thread. Chunks of small graphs
+        run with one intra-op thread each, so the process never uses more threads than torch is allowed.
+        Threads, not processes: the work is in LAPACK / tensor kernels that release the GIL, and a process
+        pool's start-up and transfer cost did not pay for ~3,000 molecules on two cores.
     max_cycle_paths : int, optional
         Work bound passed to the cycle counter (``CycleGE``); None uses its default.
     chunk_bytes : int
@@ -316,7 +353,7 @@ def compute_pses(
     glist, single = _as_graph_list(graphs)
     result = compute_pse_tensors(glist, names, normalize=normalize, progress=progress,
                                  dense_limit=dense_limit, max_cycle_paths=max_cycle_paths,
-                                 chunk_bytes=chunk_bytes, device=device)
+                                 chunk_bytes=chunk_bytes, device=device, num_workers=num_workers)
     write_ndata(glist, result.node)
     return (glist[0] if single else glist), result.graph
 

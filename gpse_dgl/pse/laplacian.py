@@ -38,13 +38,17 @@ LAPPE_DESCRIPTION = "|eigenvectors| of the 4 smallest non-zero eigenvalues of I 
 EIGVALS_DESCRIPTION = "4 smallest non-zero eigenvalues of I - D^-1/2 A D^-1/2 (graph level)"
 
 
-def _kept_index(lam: torch.Tensor, k: int = K) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices ``(B, k)`` of the first ``k`` eigenvalues after the zero ones, and their validity mask."""
-    n = lam.shape[-1]
+def _kept_index(lam: torch.Tensor, n: int, k: int = K) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices ``(B, k)`` of the first ``k`` eigenvalues after the zero ones, and their validity mask.
+
+    ``lam`` holds the ``m <= n`` lowest eigenvalues of graphs with ``n`` nodes; when ``m < n`` it covers
+    every kept index, so an index is invalid (padding) only when it reaches ``n``.
+    """
+    m = lam.shape[-1]
     offset = (lam.abs() < ZERO_TOL).sum(-1, keepdim=True)
     idx = offset + torch.arange(k, device=lam.device)
     valid = idx < n
-    return idx.clamp_max(max(n - 1, 0)), valid
+    return idx.clamp_max(max(m - 1, 0)), valid
 
 
 def _repeated(lam: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -58,57 +62,49 @@ def _repeated(lam: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torc
     return valid & (close_prev | close_next)
 
 
-def _canonical_basis(basis: np.ndarray, r: int):
-    """First ``r`` vectors of the Gram-Schmidt orthonormalisation, in node order, of the columns of the
-    projector ``basis @ basis.T`` onto the span of the orthonormal ``basis`` (``(n, m)``)."""
-    out = []
-    for j in range(basis.shape[0]):
-        v = basis @ basis[j]  # column j of the projector
-        for w in out:
-            v -= (w @ v) * w
-        norm = np.sqrt(v @ v)
-        if norm > RESIDUAL_TOL:
-            out.append(v / norm)
-            if len(out) == r:
-                return np.stack(out, axis=1)
-    return None  # cannot happen for an orthonormal basis of rank >= r; the caller keeps LAPACK's vectors
-
-
 def _canonicalize(kept, lam, vec, idx, valid) -> None:
     """Replace, in place, kept eigenvectors of repeated eigenvalues by the canonical basis (module doc).
 
-    Only graphs with a repeated kept eigenvalue are visited (a short per-graph loop in numpy, whose
-    per-call overhead is far below torch's for these tiny arrays).
+    Vectorised over all (graph, repeated eigenvalue) pairs of the batch: with the eigenspace projectors
+    ``P`` stacked as ``(C, n, n)``, step ``s`` of the Gram-Schmidt picks, for every pair at once, the first
+    column whose residual norm exceeds ``RESIDUAL_TOL``, normalises it and projects it out of the residual
+    (columns skipped before stay below the tolerance, so this equals the sequential node-order process).
     """
     repeated = _repeated(lam, idx, valid)
-    affected = torch.nonzero(repeated.any(-1)).flatten()
-    if affected.numel() == 0:
+    if not bool(repeated.any()):
         return
-    lam_np = lam[affected].cpu().numpy()
-    vec_np = vec[affected].cpu().numpy()
-    idx_np = idx[affected].cpu().numpy()
-    rep_np = repeated[affected].cpu().numpy()
-    kept_np = kept[affected].cpu().numpy()
-    # cluster id of every eigenvalue: a new cluster starts where the gap reaches CLUSTER_TOL; zero
-    # eigenvalues (never kept) get -1
-    cid = np.zeros(lam_np.shape, dtype=np.int64)
-    np.cumsum(lam_np[:, 1:] - lam_np[:, :-1] >= CLUSTER_TOL, axis=1, out=cid[:, 1:])
-    cid[np.abs(lam_np) < ZERO_TOL] = -1
-    for row in range(affected.shape[0]):
-        cols = np.flatnonzero(rep_np[row])
-        col_cid = cid[row, idx_np[row, cols]]
-        for c in sorted(set(col_cid.tolist())):
-            in_cluster = cols[col_cid == c]
-            canonical = _canonical_basis(vec_np[row][:, cid[row] == c], len(in_cluster))
-            if canonical is not None:
-                kept_np[row][:, in_cluster] = canonical
-    kept[affected] = torch.from_numpy(kept_np).to(kept)
+    m = lam.shape[-1]
+    # cluster id of every eigenvalue: a new cluster starts where the gap reaches CLUSTER_TOL
+    step = (lam[:, 1:] - lam[:, :-1] >= CLUSTER_TOL).to(torch.int64)
+    cid = torch.cat([torch.zeros_like(step[:, :1]), step.cumsum(-1)], dim=-1)
+    cid = torch.where(lam.abs() < ZERO_TOL, torch.full_like(cid, -1), cid)  # zero eigenvalues: never kept
+    kept_cid = torch.gather(cid, -1, idx)  # (B, k)
+    # one row per (graph, cluster) pair that holds a repeated kept eigenvalue
+    key = torch.arange(lam.shape[0], device=lam.device).unsqueeze(-1) * (m + 1) + kept_cid
+    pairs = torch.unique(key[repeated])
+    pb, pc = pairs // (m + 1), pairs % (m + 1)
+    members = (cid[pb] == pc.unsqueeze(-1)).to(vec.dtype)  # (C, m)
+    basis = vec[pb] * members.unsqueeze(-2)  # (C, n, m)
+    resid = basis @ basis.transpose(-1, -2)  # projectors (C, n, n)
+    belongs = repeated[pb] & (kept_cid[pb] == pc.unsqueeze(-1))  # (C, k): kept columns of each pair
+    rank = belongs.cumsum(-1) - 1
+    canon = []
+    for _ in range(int(belongs.sum(-1).max())):
+        norms = resid.norm(dim=-2)  # (C, n) residual norm of every projector column
+        first = (norms > RESIDUAL_TOL).to(torch.int8).argmax(-1)  # first column above the tolerance
+        w = torch.gather(resid, -1, first.view(-1, 1, 1).expand(-1, resid.shape[-2], 1)).squeeze(-1)
+        w = w / torch.gather(norms, -1, first.unsqueeze(-1)).clamp_min(1e-300)
+        canon.append(w)
+        resid = resid - w.unsqueeze(-1) * (w.unsqueeze(-2) @ resid)
+    canon = torch.stack(canon, dim=-1)  # (C, n, r_max)
+    pair_idx, col = torch.nonzero(belongs, as_tuple=True)
+    kept[pb[pair_idx], :, col] = canon[pair_idx, :, rank[pair_idx, col]]
 
 
 def lap_pe(batch) -> torch.Tensor:
     """LapPE of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, n, 4)``."""
-    lam, vec = batch.sym
-    idx, valid = _kept_index(lam)
+    lam, vec = batch.sym_lowest(K, ZERO_TOL, CLUSTER_TOL)
+    idx, valid = _kept_index(lam, n=batch.n)
     kept = torch.gather(vec, -1, idx.unsqueeze(1).expand(-1, vec.shape[1], -1))
     _canonicalize(kept, lam, vec, idx, valid)
     kept = kept / kept.norm(dim=1, keepdim=True).clamp_min(1e-12)
@@ -117,8 +113,8 @@ def lap_pe(batch) -> torch.Tensor:
 
 def eigvals(batch) -> torch.Tensor:
     """EigVals of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, 4)``."""
-    lam = batch.sym_values
-    idx, valid = _kept_index(lam)
+    lam, _ = batch.sym_lowest(K, ZERO_TOL, CLUSTER_TOL, vectors=False)
+    idx, valid = _kept_index(lam, n=batch.n)
     return torch.gather(lam, -1, idx).clamp_min(0.0) * valid
 
 

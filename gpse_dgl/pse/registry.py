@@ -24,8 +24,9 @@ A spec has up to three ways to compute its values; the driver picks per graph:
     ``(N, dim)``. When present it is used for every graph and ``dense``/``sparse`` are ignored.
 
 ``needs`` names the dense decompositions the spec reads, so a batch computes exactly those once and
-shares them between all requested PSEs: ``"sym"`` (eigenpairs of the normalised Laplacian),
-``"sym_values"`` (its eigenvalues only), ``"comb"`` (eigenpairs of the combinatorial Laplacian).
+shares them between all requested PSEs: ``"sym"`` (all eigenpairs of the normalised Laplacian),
+``"sym_low"`` / ``"sym_low_values"`` (only its lowest eigenpairs / eigenvalues), ``"comb"`` (all
+eigenpairs of the combinatorial Laplacian). See :class:`gpse_dgl.pse.spectral.DenseBatch`.
 
 Names and widths of the six built-in PSEs, in pretraining-target order (``docs/PSE.md``):
 node level ``ElstaticPE`` 7, ``LapPE`` 4, ``RWSE`` 20, ``HKdiagSE`` 20; graph level ``EigVals`` 4,
@@ -47,7 +48,7 @@ __all__ = [
 ]
 
 LEVELS = ("node", "graph")
-DECOMPOSITIONS = ("sym", "sym_values", "comb")
+DECOMPOSITIONS = ("sym", "sym_low", "sym_low_values", "comb")
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ class PSESpec:
     dense, sparse, edges : callable, optional
         Computation paths, see the module docstring. At least one of ``dense`` / ``edges`` is required.
     needs : tuple of str
-        Dense decompositions read by ``dense`` (subset of ``"sym"``, ``"sym_values"``, ``"comb"``).
+        Dense decompositions read by ``dense`` (subset of :data:`DECOMPOSITIONS`).
     columns : tuple of str
         Column labels (e.g. ``"k=2"``), ``dim`` of them; generated as ``"0".."dim-1"`` when omitted.
     description : str
@@ -150,14 +151,14 @@ from . import cycle_encoding, electrostatic, heat_kernel, laplacian, random_walk
 
 register_pse("ElstaticPE", "node", 7, dense=electrostatic.elstatic_pe, needs=("comb",),
              columns=electrostatic.COLUMNS, description=electrostatic.DESCRIPTION)
-register_pse("LapPE", "node", 4, dense=laplacian.lap_pe, sparse=laplacian.lap_pe_sparse, needs=("sym",),
+register_pse("LapPE", "node", 4, dense=laplacian.lap_pe, sparse=laplacian.lap_pe_sparse, needs=("sym_low",),
              columns=tuple(f"eigvec{i + 1}" for i in range(4)), description=laplacian.LAPPE_DESCRIPTION)
 register_pse("RWSE", "node", 20, dense=random_walk.rwse, sparse=random_walk.rwse_sparse, needs=("sym",),
              columns=tuple(f"k={k}" for k in random_walk.STEPS), description=random_walk.DESCRIPTION)
 register_pse("HKdiagSE", "node", 20, dense=heat_kernel.hkdiag_se, needs=("comb",),
              columns=tuple(f"t={t}" for t in heat_kernel.TIMES), description=heat_kernel.DESCRIPTION)
 register_pse("EigVals", "graph", 4, dense=laplacian.eigvals, sparse=laplacian.eigvals_sparse,
-             needs=("sym_values",), columns=tuple(f"lambda{i + 1}" for i in range(4)),
+             needs=("sym_low_values",), columns=tuple(f"lambda{i + 1}" for i in range(4)),
              description=laplacian.EIGVALS_DESCRIPTION)
 register_pse("CycleGE", "graph", 7, edges=cycle_encoding.cycle_ge,
              columns=tuple(f"len={k}" for k in cycle_encoding.LENGTHS), description=cycle_encoding.DESCRIPTION)

@@ -11,11 +11,14 @@ once per run:
 * **Selection.** After every evaluation the model is scored on the validation and test sets with the
   dataset's metric (OGB's ``Evaluator`` for ``ogbg-*`` / ``ogbn-*``, else :mod:`gpse_dgl.train.metrics`);
   a run reports the train / validation / test scores of its best validation epoch (GraphGPS's
-  protocol), the train score being that of the epoch's training pass. Runs are summarised as
-  mean +- std (population std, as GraphGPS's aggregation) in ``results.json``.
-* **Tasks.** Graph-level tasks train on mini-batches of graphs; node-level tasks (one graph) train on
-  the full graph, or with DGL neighbour sampling (``general_pipeline.sampling: neighbor``) for models
-  without edge features; evaluation is always full-graph.
+  protocol; a tie on the metric goes to the lower validation loss), the train score being that of
+  the epoch's training pass. Runs are summarised as mean +- std (population std, as GraphGPS's
+  aggregation) in ``results.json``.
+* **Tasks.** Graph-level tasks train on mini-batches of graphs; node-level tasks (one graph) train and
+  evaluate on the full graph, or with DGL neighbour sampling (``general_pipeline.sampling: neighbor``,
+  for models without edge features; evaluation then uses one fixed sampled draw per split).
+  Regression targets can be standardised for training (``general_pipeline.standardize_targets``);
+  scores and validation losses are always in the targets' units.
 * **Optimisation.** Adam / AdamW; cosine schedule with linear warm-up stepped per epoch (GraphGPS),
   reduce-on-plateau on the validation metric, or a constant rate.
 
@@ -210,7 +213,7 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
     node_feat, node_kind = dataset.node_feat_key, dataset.info.get("node_feat_kind")
     edge_feat, edge_kind = dataset.edge_feat_key, dataset.info.get("edge_feat_kind")
     if data["to_undirected"]:
-        graphs = [_undirected(g, edge_feat) for g in graphs]
+        graphs = [_undirected(g) for g in graphs]
         edge_feat = edge_kind = None  # merged edges have no single feature value
     if data["node_feat_from_edges"]:
         graphs = [_edge_mean_features(g, dataset.edge_feat_key or "feat") for g in graphs]
@@ -221,14 +224,16 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
                     info)
 
 
-def _undirected(g, edge_feat: str | None):
-    """Simple symmetric version of ``g`` (edge features dropped: merged edges have no single value)."""
+def _undirected(g):
+    """Simple symmetric version of ``g`` with its node data (edge data dropped: merged edges have no
+    single value)."""
     import dgl
 
-    if edge_feat is not None:
-        g = g.clone()
-        g.edata.clear()
-    return dgl.to_bidirected(dgl.remove_self_loop(g), copy_ndata=True)
+    src, dst = g.edges()
+    plain = dgl.to_bidirected(dgl.remove_self_loop(dgl.graph((src, dst), num_nodes=g.num_nodes())))
+    for key, value in g.ndata.items():
+        plain.ndata[key] = value
+    return plain
 
 
 def _edge_mean_features(g, key: str):
@@ -687,26 +692,48 @@ class _Trainer:
         return [self._unscale(pred.detach().cpu())], [target[idx]], [(loss, len(idx))]
 
     def _train_sampled(self, epoch: int):
+        dropout_seed = derive_seed(self.plan.seed, "dropout", epoch)
+        preds, targets, losses = [], [], []
+        for pred, target in self._sampled_outputs(self.plan.splits["train"], self.general["batch_size"],
+                                                  ("sampling", epoch), shuffle=True, dropout_seed=dropout_seed):
+            losses.append((self._step(pred, target), len(target)))
+            preds.append(self._unscale(pred.detach().cpu()))
+            targets.append(target)
+        return preds, targets, losses
+
+    def _sampled_outputs(self, nodes: torch.Tensor, batch_size: int, key: tuple, shuffle: bool,
+                         dropout_seed: int | None = None):
+        """``(raw outputs, targets)`` per mini-batch of ``nodes`` on DGL neighbour-sampled blocks."""
         import dgl
 
         g = self.prepared.graphs[0]
-        dgl.seed(derive_seed(self.plan.seed, "sampling", epoch) % (2**31 - 1))  # DGL takes a 32-bit seed
-        torch.manual_seed(derive_seed(self.plan.seed, "sampling order", epoch))
+        dgl.seed(derive_seed(self.plan.seed, *key) % (2**31 - 1))  # DGL takes a 32-bit seed
+        torch.manual_seed(derive_seed(self.plan.seed, *key, "order"))
         sampler = dgl.dataloading.NeighborSampler([int(f) for f in self.general["fanouts"]])
-        loader = dgl.dataloading.DataLoader(g, self.plan.splits["train"], sampler, shuffle=True,
-                                            batch_size=self.general["batch_size"], drop_last=False)
-        torch.manual_seed(derive_seed(self.plan.seed, "dropout", epoch))
-        preds, targets, losses = [], [], []
+        loader = dgl.dataloading.DataLoader(g, nodes, sampler, shuffle=shuffle, batch_size=batch_size,
+                                            drop_last=False)
+        table = self._pe_rows(None)
         with warnings.catch_warnings():  # DGL advises CPU affinity every epoch; irrelevant in process
             warnings.filterwarnings("ignore", message="Dataloader CPU affinity")
-            for input_nodes, output_nodes, blocks in loader:
+            batches = iter(loader)  # draws the node order from the generator seeded above
+            if dropout_seed is not None:
+                torch.manual_seed(dropout_seed)  # dropout draws from the global generator
+            for input_nodes, output_nodes, blocks in batches:
                 nf = None if self.prepared.node_feat is None else g.ndata[self.prepared.node_feat][input_nodes]
-                pe = self._pe_rows(None)[input_nodes] if self.prepared.table is not None else None
-                pred = self._call(blocks, _to(nf, self.device), None, _to(pe, self.device))
-                target = self.prepared.labels[output_nodes]
-                losses.append((self._step(pred, target), len(output_nodes)))
-                preds.append(self._unscale(pred.detach().cpu()))
-                targets.append(target)
+                pe = None if table is None else table[input_nodes]
+                yield (self._call(blocks, _to(nf, self.device), None, _to(pe, self.device)),
+                       self.prepared.labels[output_nodes])
+
+    def _predict_sampled(self, split: str):
+        """Evaluation on sampled neighbourhoods (fixed draw per split): a full-graph pass over a graph such
+        as ogbn-proteins (39.6M edges) does not fit in memory."""
+        size = self.general["eval_batch_size"] or 4 * self.general["batch_size"]
+        preds, targets, losses = [], [], []
+        for pred, target in self._sampled_outputs(self.plan.splits[split], size, ("evaluation", split), shuffle=False):
+            pred = self._unscale(pred.cpu())
+            preds.append(pred)
+            targets.append(target)
+            losses.append((compute_loss(self.spec.loss, pred, target), len(target)))
         return preds, targets, losses
 
     # -- evaluation ----------------------------------------------------------------------------
@@ -715,6 +742,8 @@ class _Trainer:
     def _evaluate(self) -> dict:
         self.model.eval()
         try:
+            if self.spec.level == "node" and self.general["sampling"] == "neighbor":
+                return {split: self._scores(*self._predict_sampled(split)) for split in ("val", "test")}
             if self.spec.level == "node":
                 pred = self._unscale(self._forward(self.prepared.graphs[0], self._pe_rows(None)).cpu())
                 return {split: self._split_scores(pred[self.plan.splits[split]],

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
 import time
 from dataclasses import dataclass
@@ -46,7 +45,6 @@ import torch
 
 from .. import _env  # noqa: F401
 
-log = logging.getLogger(__name__)
 
 __all__ = ["SOURCES", "PSE_COMPONENTS", "NodeTable", "source_width", "compute_features", "load_features",
            "feature_settings", "pse_features", "random_features", "gpse_features", "default_cache_dir"]

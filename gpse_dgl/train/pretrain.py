@@ -128,24 +128,22 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
         log(f"resume: {paths.last} after epoch {state.epoch}")
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.recipe.write_text(dump_recipe(recipe), encoding="utf-8")
-    log(f"model: {num_parameters(model):,} parameters on {device}; "
-        f"{steps_per_epoch} steps per epoch")
+    log(f"model: {num_parameters(model):,} parameters on {device}; {steps_per_epoch} steps per epoch")
 
     eval_batch_size = general["eval_batch_size"] or general["batch_size"]
+    # evaluation batches are built once and reused every epoch
     eval_batches = {split: list(data.splits[split].batches(eval_batch_size))
                     for split in ("val", "test") if len(data.splits[split])}
     from torch.utils.tensorboard import SummaryWriter
 
     writer = SummaryWriter(str(paths.tensorboard), purge_step=state.epoch * steps_per_epoch + 1)
+    run = _Run(recipe, data, model, model_config, optimizer, scheduler, state, eval_batches, paths,
+               writer, device, progress, log, started)
     try:
-        stop_reason = _train_epochs(recipe, data, model, optimizer, scheduler, state, eval_batches,
-                                    model_config, paths, writer, device, progress, log, started,
-                                    on_epoch_end)
-        summary = _final_evaluation(recipe, data, model, state, eval_batches, model_config, paths,
-                                    writer, device, started, stop_reason)
+        stop_reason = run.train_epochs(on_epoch_end)
+        return run.final_evaluation(stop_reason)
     finally:
         writer.close()
-    return summary
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,103 +241,184 @@ def num_parameters(model: torch.nn.Module) -> int:
 # the loop
 
 
-def _train_epochs(recipe, data, model, optimizer, scheduler, state, eval_batches, model_config, paths,
-                  writer, device, progress, log, started, on_epoch_end) -> str:
-    general = recipe["general_pipeline"]
-    num_epochs = general["num_epochs"]
-    limit = general["time_limit_minutes"]
-    epochs = range(state.epoch, num_epochs)
-    bar = _progress_bar(epochs, progress, desc="epochs", unit="epoch", initial=state.epoch,
-                        total=num_epochs)
-    stop_reason = "completed"
-    eval_seconds = 0.0  # duration of the latest validation, to budget the evaluations still to come
-    for epoch in bar:
-        epoch_started = time.perf_counter()
-        train_stats = _train_one_epoch(recipe, data, model, optimizer, scheduler, epoch, writer,
-                                       device, progress)
-        train_seconds = time.perf_counter() - epoch_started
-        # Would another epoch overrun the budget? Count its training and validation, this epoch's
-        # validation and the final validation + test evaluation of the best checkpoint.
-        projected = time.perf_counter() - started + train_seconds + 4 * eval_seconds
-        out_of_time = limit is not None and projected > limit * 60
-        final = epoch + 1 == num_epochs or out_of_time
-        record = {"epoch": epoch + 1, "lr": train_stats.pop("lr"), "train": train_stats}
-        if "val" in eval_batches and ((epoch + 1) % general["eval_every"] == 0 or final):
-            eval_started = time.perf_counter()
-            record["val"] = evaluate(model, eval_batches["val"], data, recipe["seed"], device,
-                                     model_config["encoder"]["dim_in"])
-            eval_seconds = time.perf_counter() - eval_started
-            _note_best(state, record, epoch)
-        record["seconds"] = round(time.perf_counter() - epoch_started, 2)
-        state.epoch = epoch + 1
-        state.history.append(record)
-        _log_epoch(writer, record, state.epoch * data.splits["train"].num_batches(general["batch_size"]))
-        if state.best_epoch == state.epoch:
-            ckpt.save_checkpoint(paths.best, _payload(model, optimizer, scheduler, recipe, state,
-                                                      model_config, data))
-        ckpt.save_checkpoint(paths.last, _payload(model, optimizer, scheduler, recipe, state,
-                                                  model_config, data))
-        _write_metrics(paths, _summary(recipe, data, model, state, model_config, paths, started,
-                                       status="running"))
-        log(_epoch_line(record, state))
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{record['train']['loss']:.4f}",
-                            val_r2=f"{record.get('val', {}).get('r2', math.nan):.4f}")
-        if out_of_time and epoch + 1 < num_epochs:
-            stop_reason = f"time limit of {limit:g} min reached after epoch {epoch + 1}"
-            log(f"stop: {stop_reason}")
-            break
-        if on_epoch_end is not None:
-            try:
-                on_epoch_end(record)
-            except StopIteration:
-                stop_reason = f"stopped by on_epoch_end after epoch {epoch + 1}"
-                break
-    return stop_reason
+@dataclass
+class _Run:
+    """Everything one pretraining run works with; methods are the phases of the loop."""
 
+    recipe: dict
+    data: PretrainingData
+    model: torch.nn.Module
+    model_config: dict
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    state: TrainState
+    eval_batches: dict
+    paths: RunPaths
+    writer: object
+    device: torch.device
+    progress: bool
+    log: Callable[[str], None]
+    started: float
 
-def _train_one_epoch(recipe, data, model, optimizer, scheduler, epoch, writer, device, progress) -> dict:
-    """One pass over the training graphs; every random draw derives from (seed, epoch)."""
-    general = recipe["general_pipeline"]
-    seed, train = recipe["seed"], data.splits["train"]
-    batch_size, dim_in = general["batch_size"], recipe["model"]["dim_in"]
-    per_step = general["lr_scheduler"]["interval"] == "step"
-    order = torch.Generator().manual_seed(derive_seed(seed, "batch order", epoch))
-    features = torch.Generator().manual_seed(derive_seed(seed, "features", epoch))
-    torch.manual_seed(derive_seed(seed, "dropout", epoch))  # dropout draws from the global generator
-    steps = train.num_batches(batch_size)
-    first_step = epoch * steps
-    lr = optimizer.param_groups[0]["lr"]
-    model.train()
-    totals: dict[str, float] = {}
-    graphs_seen = 0
-    bar = _progress_bar(train.batches(batch_size, order, shuffle=True), progress, desc=f"epoch {epoch + 1}",
-                        unit="batch", total=steps, leave=False)
-    for step, (graph, node_true, graph_true) in enumerate(bar):
-        x = training_features(graph, dim_in, features).to(device)
-        node_pred, graph_pred = model(graph, x)
-        loss, parts = _loss(node_pred, node_true.to(device), graph_pred, graph_true.to(device), graph)
-        optimizer.zero_grad(set_to_none=True)
+    @property
+    def general(self) -> dict:
+        return self.recipe["general_pipeline"]
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return self.data.splits["train"].num_batches(self.general["batch_size"])
+
+    def train_epochs(self, on_epoch_end) -> str:
+        """Train up to ``num_epochs``; return why training stopped."""
+        num_epochs, limit = self.general["num_epochs"], self.general["time_limit_minutes"]
+        bar = _progress_bar(range(self.state.epoch, num_epochs), self.progress, desc="epochs",
+                            unit="epoch", initial=self.state.epoch, total=num_epochs)
+        eval_seconds = 0.0  # duration of the latest validation, to budget the evaluations to come
+        for epoch in bar:
+            epoch_started = time.perf_counter()
+            record = {"epoch": epoch + 1, "lr": self.optimizer.param_groups[0]["lr"],
+                      "train": self.train_one_epoch(epoch)}
+            # Would another epoch overrun the budget? Count its training and validation, this
+            # epoch's validation and the final validation + test evaluation of the best checkpoint.
+            projected = (time.perf_counter() - self.started + (time.perf_counter() - epoch_started)
+                         + 4 * eval_seconds)
+            out_of_time = limit is not None and projected > limit * 60 and epoch + 1 < num_epochs
+            if "val" in self.eval_batches and (
+                    (epoch + 1) % self.general["eval_every"] == 0 or epoch + 1 == num_epochs or out_of_time):
+                eval_started = time.perf_counter()
+                record["val"] = self.evaluate("val")
+                eval_seconds = time.perf_counter() - eval_started
+            record["seconds"] = round(time.perf_counter() - epoch_started, 2)
+            self.finish_epoch(record)
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{record['train']['loss']:.4f}",
+                                val_r2=f"{record.get('val', {}).get('r2', math.nan):.4f}")
+            if out_of_time:
+                self.log(f"stop: time limit of {limit:g} min reached after epoch {epoch + 1}")
+                return f"time limit of {limit:g} min reached after epoch {epoch + 1}"
+            if on_epoch_end is not None:
+                try:
+                    on_epoch_end(record)
+                except StopIteration:
+                    return f"stopped by on_epoch_end after epoch {epoch + 1}"
+        return "completed"
+
+    def train_one_epoch(self, epoch: int) -> dict:
+        """One pass over the training graphs; every random draw derives from (seed, epoch)."""
+        seed, train = self.recipe["seed"], self.data.splits["train"]
+        batch_size, dim_in = self.general["batch_size"], self.model_config["encoder"]["dim_in"]
+        per_step = self.general["lr_scheduler"]["interval"] == "step"
+        order = torch.Generator().manual_seed(derive_seed(seed, "batch order", epoch))
+        features = torch.Generator().manual_seed(derive_seed(seed, "features", epoch))
+        torch.manual_seed(derive_seed(seed, "dropout", epoch))  # dropout uses the global generator
+        first_step = epoch * self.steps_per_epoch
+        self.model.train()
+        totals: dict[str, float] = {}
+        bar = _progress_bar(train.batches(batch_size, order, shuffle=True), self.progress,
+                            desc=f"epoch {epoch + 1}", unit="batch", total=self.steps_per_epoch,
+                            leave=False)
+        for step, (graph, node_true, graph_true) in enumerate(bar):
+            x = training_features(graph, dim_in, features).to(self.device)
+            loss, parts = self.training_step(graph, x, node_true, graph_true)
+            if per_step:
+                self.scheduler.step()
+            for name, value in {"loss": loss, **parts}.items():
+                totals[name] = totals.get(name, 0.0) + _scalar(value) * graph.batch_size
+            global_step = first_step + step + 1
+            if (step + 1) % self.general["log_every"] == 0 or step + 1 == self.steps_per_epoch:
+                self.writer.add_scalar("train/loss_step", _scalar(loss), global_step)
+                self.writer.add_scalar("train/lr", self.optimizer.param_groups[0]["lr"], global_step)
+            if hasattr(bar, "set_postfix"):
+                bar.set_postfix(loss=f"{_scalar(loss):.4f}")
+        if not per_step:
+            self.scheduler.step()
+        return {name: total / max(len(train), 1) for name, total in totals.items()}
+
+    def training_step(self, graph, x, node_true, graph_true):
+        node_pred, graph_pred = self.model(graph, x)
+        loss, parts = _loss(node_pred, node_true.to(self.device), graph_pred,
+                            graph_true.to(self.device), graph)
+        self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if general["clip_grad_norm"] is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), general["clip_grad_norm"])
-        optimizer.step()
-        if per_step:
-            scheduler.step()
-        batch_graphs = graph.batch_size
-        graphs_seen += batch_graphs
-        for name, value in {"loss": loss, **parts}.items():
-            totals[name] = totals.get(name, 0.0) + _scalar(value) * batch_graphs
-        if (step + 1) % general["log_every"] == 0 or step + 1 == steps:
-            writer.add_scalar("train/loss_step", _scalar(loss), first_step + step + 1)
-            writer.add_scalar("train/lr", optimizer.param_groups[0]["lr"], first_step + step + 1)
-        if hasattr(bar, "set_postfix"):
-            bar.set_postfix(loss=f"{_scalar(loss):.4f}")
-    if not per_step:
-        scheduler.step()
-    stats = {name: total / max(graphs_seen, 1) for name, total in totals.items()}
-    stats["lr"] = lr
-    return stats
+        if self.general["clip_grad_norm"] is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.general["clip_grad_norm"])
+        self.optimizer.step()
+        return loss, parts
+
+    def evaluate(self, split: str) -> dict:
+        return evaluate(self.model, self.eval_batches[split], self.data, self.recipe["seed"],
+                        self.device, self.model_config["encoder"]["dim_in"])
+
+    def finish_epoch(self, record: dict) -> None:
+        """Book-keeping after an epoch: best model, checkpoints, metrics file, logs."""
+        state = self.state
+        state.epoch = record["epoch"]
+        state.history.append(record)
+        if "val" in record and not math.isnan(record["val"]["r2"]) and record["val"]["r2"] > state.best_metric:
+            state.best_metric, state.best_epoch = record["val"]["r2"], record["epoch"]
+        _log_epoch(self.writer, record, state.epoch * self.steps_per_epoch)
+        if state.best_epoch == state.epoch:
+            ckpt.save_checkpoint(self.paths.best, self.checkpoint_payload())
+        # last.pt is written after best.pt: a run killed in between resumes from the epoch before,
+        # and redoing that epoch rewrites best.pt identically
+        ckpt.save_checkpoint(self.paths.last, self.checkpoint_payload())
+        _write_metrics(self.paths, self.summary(status="running"))
+        self.log(_epoch_line(record, state))
+
+    def checkpoint_payload(self) -> dict:
+        state, data = self.state, self.data
+        return {
+            "format": ckpt.FORMAT,
+            "format_version": ckpt.FORMAT_VERSION,
+            "model_state": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "model_config": dict(self.model_config),
+            "optimizer_state": self.optimizer.state_dict(),
+            "scheduler_state": self.scheduler.state_dict(),
+            "rng_state": ckpt.capture_rng_state(),
+            "recipe": self.recipe,
+            "epoch": state.epoch,
+            "best_metric": state.best_metric,
+            "best_epoch": state.best_epoch,
+            "history": _json_safe(state.history),
+            "node_targets": list(data.node_names),
+            "graph_targets": list(data.graph_names),
+            # graph head outputs are z-scores when set: raw value = output * std + mean
+            "graph_target_scaling": data.graph_target_scaling,
+        }
+
+    def final_evaluation(self, stop_reason: str) -> dict:
+        """Evaluate the best checkpoint on validation and test data; write and return the summary."""
+        source = self.paths.best if self.paths.best.exists() else self.paths.last
+        self.model.load_state_dict(ckpt.load_pretrain_checkpoint(source)["model_state"])
+        results = {split: self.evaluate(split) for split in self.eval_batches}
+        for split, report in results.items():
+            _add_r2_scalars(self.writer, f"best_{split}", report, self.state.epoch * self.steps_per_epoch)
+        summary = self.summary(status=stop_reason)
+        summary.update(evaluated_checkpoint=str(source),
+                       final={split: _drop_columns(report) for split, report in results.items()},
+                       r2_table=r2_table(results))
+        _write_metrics(self.paths, summary)
+        return summary
+
+    def summary(self, status: str) -> dict:
+        state, paths = self.state, self.paths
+        best = next((r for r in state.history if r["epoch"] == state.best_epoch), None)
+        return {
+            "status": status,
+            "epochs_completed": state.epoch,
+            "best_epoch": state.best_epoch,
+            "best_val_r2": state.best_metric if state.best_epoch > 0 else None,
+            "best_val": _drop_columns(best.get("val")) if best else None,
+            "wall_time_seconds": round(time.perf_counter() - self.started, 2),
+            "data": self.data.info,
+            "model": {"config": self.model_config, "num_parameters": num_parameters(self.model)},
+            "paths": {"run": str(paths.root), "best_checkpoint": str(paths.best),
+                      "last_checkpoint": str(paths.last), "metrics": str(paths.metrics),
+                      "tensorboard": str(paths.tensorboard), "recipe": str(paths.recipe)},
+            "history": [{**r, "val": _drop_columns(r["val"])} if r.get("val") else r
+                        for r in state.history],
+            "recipe": self.recipe,
+        }
 
 
 def _loss(node_pred, node_true, graph_pred, graph_true, graph):
@@ -380,35 +459,8 @@ def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, 
     return report
 
 
-def _note_best(state: TrainState, record: dict, epoch: int) -> None:
-    value = record["val"]["r2"]
-    if not math.isnan(value) and value > state.best_metric:
-        state.best_metric, state.best_epoch = value, epoch + 1
-
-
 # ----------------------------------------------------------------------------------------------
 # checkpoints and resuming
-
-
-def _payload(model, optimizer, scheduler, recipe, state: TrainState, model_config, data) -> dict:
-    return {
-        "format": ckpt.FORMAT,
-        "format_version": ckpt.FORMAT_VERSION,
-        "model_state": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "model_config": dict(model_config),
-        "optimizer_state": optimizer.state_dict(),
-        "scheduler_state": scheduler.state_dict(),
-        "rng_state": ckpt.capture_rng_state(),
-        "recipe": recipe,
-        "epoch": state.epoch,
-        "best_metric": state.best_metric,
-        "best_epoch": state.best_epoch,
-        "history": _json_safe(state.history),
-        "node_targets": list(data.node_names),
-        "graph_targets": list(data.graph_names),
-        # graph head outputs are z-scores when set: raw value = output * std + mean
-        "graph_target_scaling": data.graph_target_scaling,
-    }
 
 
 def _restore(path: Path, recipe, model_config, model, optimizer, scheduler) -> TrainState:
@@ -465,25 +517,6 @@ def _check_run_directory(paths: RunPaths, resume: bool, overwrite: bool) -> None
 # final evaluation, summaries, logging
 
 
-def _final_evaluation(recipe, data, model, state, eval_batches, model_config, paths, writer, device,
-                      started, stop_reason) -> dict:
-    """Evaluate the best checkpoint on validation and test data; write and return the summary."""
-    source = paths.best if paths.best.exists() else paths.last
-    payload = ckpt.load_pretrain_checkpoint(source)
-    model.load_state_dict(payload["model_state"])
-    results = {split: evaluate(model, batches, data, recipe["seed"], device,
-                                 model_config["encoder"]["dim_in"])
-               for split, batches in eval_batches.items()}
-    global_step = state.epoch * data.splits["train"].num_batches(recipe["general_pipeline"]["batch_size"])
-    for split, report in results.items():
-        _add_r2_scalars(writer, f"best_{split}", report, global_step)
-    summary = _summary(recipe, data, model, state, model_config, paths, started, status=stop_reason)
-    summary.update(evaluated_checkpoint=str(source), final={k: _drop_columns(v) for k, v in results.items()})
-    summary["r2_table"] = r2_table(results)
-    _write_metrics(paths, summary)
-    return summary
-
-
 def r2_table(results: dict) -> list[dict]:
     """Rows ``{"pse", "val", "test"}`` (R^2 per PSE, then ``Overall``) for printing."""
     splits = [s for s in ("val", "test") if s in results]
@@ -504,25 +537,6 @@ def format_r2_table(rows: list[dict]) -> str:
     for row in rows:
         lines.append(f"{row['pse']:<12}" + "".join(f"{_fmt(row[s]):>12}" for s in splits))
     return "\n".join(lines)
-
-
-def _summary(recipe, data, model, state, model_config, paths, started, status) -> dict:
-    best = next((r for r in state.history if r["epoch"] == state.best_epoch), None)
-    return {
-        "status": status,
-        "epochs_completed": state.epoch,
-        "best_epoch": state.best_epoch,
-        "best_val_r2": state.best_metric if state.best_epoch > 0 else None,
-        "best_val": _drop_columns(best["val"]) if best and "val" in best else None,
-        "wall_time_seconds": round(time.perf_counter() - started, 2),
-        "data": data.info,
-        "model": {"config": model_config, "num_parameters": num_parameters(model)},
-        "paths": {"run": str(paths.root), "best_checkpoint": str(paths.best),
-                  "last_checkpoint": str(paths.last), "metrics": str(paths.metrics),
-                  "tensorboard": str(paths.tensorboard), "recipe": str(paths.recipe)},
-        "history": [{**r, "val": _drop_columns(r["val"])} if "val" in r else r for r in state.history],
-        "recipe": recipe,
-    }
 
 
 def _drop_columns(report: dict | None) -> dict | None:

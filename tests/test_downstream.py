@@ -1,0 +1,256 @@
+"""Downstream training (gpse_dgl.train.downstream): recipes, metrics, runs, CV, node tasks, resume."""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gpse_dgl.train import metrics
+from gpse_dgl.train.checkpoint import load_checkpoint
+from gpse_dgl.train.downstream import compute_loss, plan_runs, task_spec, train_downstream
+from gpse_dgl.train.downstream_schema import (DOWNSTREAM_SCHEMA, load_downstream_recipe,
+                                              validate_downstream_recipe)
+from gpse_dgl.utils.errors import CheckpointError, RecipeError
+
+REPO = Path(__file__).resolve().parent.parent
+RECIPES = sorted((REPO / "recipes" / "downstream").glob("*.yaml"))
+FIXTURES = REPO / "tests" / "fixtures" / "datasets"
+
+
+@pytest.fixture(scope="module")
+def data_root(tmp_path_factory):
+    """A private copy of the dataset fixtures (loaders write caches next to the data)."""
+    root = tmp_path_factory.mktemp("datasets")
+    shutil.copytree(FIXTURES, root, dirs_exist_ok=True)
+    return root
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("feature_cache")
+
+
+def csl_recipe(save_path, cache_dir, *extra):
+    """CSL, one fold, small GIN: about a second per epoch on a loaded CPU."""
+    return load_downstream_recipe(REPO / "recipes/downstream/csl.yaml", [
+        "model.pe.source=RWSE", "model.dim_hidden=32", "model.pe.dim_pe=32", "general_pipeline.num_epochs=2",
+        "data.max_folds=1", f"data.cache_dir={cache_dir}", f"general_pipeline.save_path={save_path}",
+        "general_pipeline.num_threads=1", "device=cpu", *extra])
+
+
+# ------------------------------------------------------------------ recipes
+
+
+def test_recipe_list_covers_the_papers_benchmarks():
+    names = {p.stem for p in RECIPES}
+    expected = {"zinc", "ogbg-molhiv", "ogbg-molpcba", "pcqm4mv2-subset", "peptides-func", "peptides-struct",
+                "cifar10", "mnist", "ogbn-arxiv", "ogbn-proteins", "csl", "exp"}
+    expected |= {f"molnet-{n}" for n in ("bace", "bbbp", "clintox", "muv", "sider", "tox21", "toxcast", "hiv")}
+    assert expected <= names
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_every_recipe_validates_and_comments_every_key(path):
+    recipe = load_downstream_recipe(path)
+    assert recipe["model"]["pe"]["source"] in ("none", "GPSE", "RWSE", "LapPE")
+    text = path.read_text(encoding="utf-8").splitlines()
+    keyed = [line for line in text if ":" in line and not line.lstrip().startswith("#")]
+    assert keyed and all("#" in line for line in keyed), [line for line in keyed if "#" not in line][:3]
+
+
+@pytest.mark.parametrize("override, fragment", [
+    ("model.pe.source=LapPE+", "model.pe.source: expected one of"),
+    ("model.pe.dim_pe=999", "model.pe.dim_pe: 999 is larger than model.dim_hidden"),
+    ("data.name=nope", "data.name: unknown dataset 'nope'"),
+    ("model.name=gat", "model.name: unknown model 'gat'"),
+    ("general_pipeline.fanouts=[10, 5]", "needs one fan-out per layer"),
+    ("model.pe.colour=1", "unknown key"),
+])
+def test_recipe_errors_are_one_line(override, fragment):
+    with pytest.raises(RecipeError) as info:
+        sampling = ["general_pipeline.sampling=neighbor"] if "fanouts" in override else []
+        load_downstream_recipe(REPO / "recipes/downstream/csl.yaml", sampling + [override])
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_defaults_cover_the_schema():
+    recipe = validate_downstream_recipe({})
+    assert set(recipe) == set(DOWNSTREAM_SCHEMA)
+    assert recipe["model"]["pe"]["source"] == "none" and recipe["data"]["name"] == "csl"
+
+
+# ------------------------------------------------------------------ metrics
+
+
+def _binary(rng, n=200, tasks=3):
+    y = (rng.random((n, tasks)) < 0.3).astype(float)
+    y[rng.random((n, tasks)) < 0.1] = np.nan
+    score = np.round(rng.normal(size=(n, tasks)) + y * 0.8, 1)  # rounding makes ties
+    return y, score
+
+
+def test_roc_auc_and_ap_match_sklearn_per_task_mean():
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    y, score = _binary(np.random.default_rng(0))
+    keep = [~np.isnan(y[:, t]) for t in range(y.shape[1])]
+    auc = np.mean([roc_auc_score(y[k, t], score[k, t]) for t, k in enumerate(keep)])
+    ap = np.mean([average_precision_score(y[k, t], score[k, t]) for t, k in enumerate(keep)])
+    assert metrics.roc_auc(torch.tensor(y), torch.tensor(score)) == pytest.approx(auc, abs=1e-12)
+    assert metrics.average_precision(y, score) == pytest.approx(ap, abs=1e-12)
+
+
+def test_binary_metrics_skip_single_class_tasks_and_match_ogb():
+    from ogb.graphproppred import Evaluator
+
+    y, score = _binary(np.random.default_rng(1), tasks=2)
+    y[:, 1] = np.where(np.isnan(y[:, 1]), np.nan, 0.0)  # task 1 has no positive label
+    ogb_auc = Evaluator("ogbg-molhiv").eval({"y_true": y[:, :1], "y_pred": score[:, :1]})["rocauc"]
+    assert metrics.roc_auc(y, score) == pytest.approx(ogb_auc)  # task 1 left out
+    ogb_ap = Evaluator("ogbg-molpcba")._eval_ap(y, score)["ap"]
+    assert metrics.average_precision(y, score) == pytest.approx(ogb_ap)
+    assert math.isnan(metrics.roc_auc(np.zeros((4, 1)), np.arange(4.0)[:, None]))
+
+
+def test_accuracy_mae_rmse_against_direct_computation():
+    logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [0.0, 0.0, 5.0], [1.0, 0.0, 0.0]])
+    labels = torch.tensor([0, 1, 1, 0])
+    assert metrics.accuracy(labels, logits) == 0.75
+    assert metrics.accuracy(torch.tensor([1, 0]), torch.tensor([[0.3], [-2.0]])) == 1.0  # binary logits
+    true = torch.tensor([[1.0, float("nan")], [2.0, 4.0], [3.0, 0.0]])
+    pred = torch.tensor([[1.5, 9.0], [2.0, 1.0], [1.0, 0.0]])
+    assert metrics.mae(true, pred) == pytest.approx((0.5 + 0 + 2 + 3 + 0) / 5)
+    assert metrics.rmse(true, pred) == pytest.approx((math.sqrt((0.25 + 4) / 3) + math.sqrt(9 / 2)) / 2)
+    assert metrics.score("mae", true, pred) == metrics.mae(true, pred)
+    with pytest.raises(ValueError, match="unknown metric"):
+        metrics.score("f1", true, pred)
+
+
+def test_losses_ignore_missing_labels():
+    pred = torch.tensor([[0.0, 5.0], [1.0, -1.0]], requires_grad=True)
+    target = torch.tensor([[1.0, float("nan")], [0.0, 0.0]])
+    loss = compute_loss("bce", pred, target)
+    expected = torch.nn.functional.binary_cross_entropy_with_logits(pred[~target.isnan()], target[~target.isnan()])
+    assert torch.allclose(loss, expected)
+    loss.backward()
+    assert pred.grad[0, 1] == 0
+    assert compute_loss("l1", pred, torch.full((2, 2), float("nan"))).item() == 0.0
+
+
+# ------------------------------------------------------------------ runs and protocols
+
+
+def test_cv_plan_partitions_and_differs_between_repeats():
+    from gpse_dgl.data.synthetic import csl_dataset
+
+    dataset = csl_dataset()
+    recipe = validate_downstream_recipe({"data": {"name": "csl"}})
+    plans = plan_runs(dataset, recipe, [0, 1])
+    assert [p.name for p in plans[:2]] == ["seed0-fold0", "seed0-fold1"] and len(plans) == 10
+    for plan in plans:
+        parts = torch.cat([plan.splits[s] for s in ("train", "val", "test")])
+        assert sorted(parts.tolist()) == list(range(150))
+        assert len(plan.splits["test"]) == 30 and torch.bincount(dataset.labels[plan.splits["test"]]).eq(3).all()
+    assert not torch.equal(plans[0].splits["test"], plans[5].splits["test"])
+    limited = validate_downstream_recipe({"data": {"name": "csl", "max_folds": 2}})
+    assert len(plan_runs(dataset, limited, [0, 1, 2])) == 6
+
+
+def test_csl_end_to_end(tmp_path, cache_dir):
+    summary = train_downstream(csl_recipe(tmp_path / "job", cache_dir), progress=False)
+    assert summary["status"] == "complete" and summary["num_runs"] == 1
+    run = summary["runs"][0]
+    assert run["run"] == "seed0-fold0" and 1 <= run["best_epoch"] <= 2
+    assert all(0.0 <= run[s] <= 1.0 for s in ("train", "val", "test"))
+    assert summary["summary"]["test"]["mean"] == run["test"] and summary["summary"]["test"]["std"] == 0.0
+    assert summary["features"]["dim"] == 20 and summary["model"]["config"]["pe_only"]
+    job = tmp_path / "job"
+    on_disk = json.loads((job / "results.json").read_text())
+    assert on_disk["summary"]["test"]["mean"] == run["test"]
+    assert {p.name for p in (job / "seed0-fold0").iterdir()} >= {"last.pt", "best.pt", "result.json", "tensorboard"}
+    assert (job / "recipe.yaml").is_file()
+    with pytest.raises(CheckpointError, match="already holds a run"):
+        train_downstream(csl_recipe(tmp_path / "job", cache_dir), progress=False)
+
+
+def test_resume_equals_uninterrupted(tmp_path, cache_dir):
+    extra = ["general_pipeline.num_epochs=4", "model.dropout=0.2", "general_pipeline.lr_scheduler.warmup_epochs=1"]
+    whole = train_downstream(csl_recipe(tmp_path / "whole", cache_dir, *extra), progress=False, seeds=[0])
+
+    def crash(record):
+        if record["epoch"] == 2:
+            raise RuntimeError("simulated kill")
+
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
+                         on_epoch_end=crash)
+    assert load_checkpoint(tmp_path / "split/seed0-fold0/last.pt")["epoch"] == 2
+    resumed = train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
+                               resume=True)
+    for key in ("best_epoch", "train", "val", "test", "epochs"):
+        assert resumed["runs"][0][key] == whole["runs"][0][key], key
+    a = load_checkpoint(tmp_path / "whole/seed0-fold0/last.pt")["model_state"]
+    b = load_checkpoint(tmp_path / "split/seed0-fold0/last.pt")["model_state"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # a finished job resumes by reading its runs back
+    again = train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
+                             resume=True)
+    assert again["runs"] == resumed["runs"]
+
+
+def test_resume_refuses_another_recipe(tmp_path, cache_dir):
+    train_downstream(csl_recipe(tmp_path / "job", cache_dir, "general_pipeline.num_epochs=1"), progress=False)
+    (tmp_path / "job/seed0-fold0/result.json").unlink()  # make the run look interrupted
+    with pytest.raises(CheckpointError, match="different recipe"):
+        train_downstream(csl_recipe(tmp_path / "job", cache_dir, "model.dropout=0.5"), progress=False, resume=True)
+
+
+def test_graph_regression_with_edge_features_and_standardised_targets(tmp_path, data_root, cache_dir):
+    recipe = load_downstream_recipe(REPO / "recipes/downstream/zinc.yaml", [
+        f"data.root={data_root}", "model.pe.source=LapPE+RWSE", "model.num_layers=2", "model.dim_hidden=16",
+        "model.pe.dim_pe=8", "general_pipeline.num_epochs=2", "general_pipeline.num_seeds=2",
+        "general_pipeline.standardize_targets=true", f"data.cache_dir={cache_dir}",
+        f"general_pipeline.save_path={tmp_path}", "device=cpu"])
+    summary = train_downstream(recipe, progress=False)
+    assert summary["metric"] == "mae" and summary["num_runs"] == 2
+    assert [r["seed"] for r in summary["runs"]] == [0, 1]
+    assert all(math.isfinite(r["test"]) for r in summary["runs"])
+    assert summary["model"]["config"]["kwargs"]["edge_encoder"] == "type"
+
+
+def test_ogb_dataset_is_scored_by_the_ogb_evaluator(data_root):
+    from gpse_dgl.data.registry import load_dataset
+
+    dataset = load_dataset("ogbg-moltox21", root=data_root)
+    spec = task_spec(dataset)
+    assert spec.ogb_name == "ogbg-moltox21" and spec.loss == "bce" and spec.dim_out == 12
+    y, score = _binary(np.random.default_rng(2), n=40, tasks=12)
+    assert spec.score(torch.tensor(y), torch.tensor(score)) == pytest.approx(metrics.roc_auc(y, score))
+    assert task_spec(dataset, metric="ap").ogb_name is None
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("ogbn-arxiv", []),
+    ("ogbn-proteins", ["general_pipeline.batch_size=4"]),  # neighbour sampling
+])
+def test_node_level_tasks(tmp_path, data_root, cache_dir, name, extra):
+    recipe = load_downstream_recipe(REPO / f"recipes/downstream/{name}.yaml", [
+        f"data.root={data_root}", "model.pe.source=RWSE", "model.dim_hidden=16", "model.pe.dim_pe=4",
+        "general_pipeline.num_epochs=2", "general_pipeline.num_seeds=1", f"data.cache_dir={cache_dir}",
+        f"general_pipeline.save_path={tmp_path}", "device=cpu", *extra])
+    summary = train_downstream(recipe, progress=False)
+    assert summary["task"] == "node" and summary["runs"][0]["epochs"] == 2
+    assert summary["metric"] == ("accuracy" if name == "ogbn-arxiv" else "rocauc")
+
+
+def test_dim_pe_equal_to_dim_hidden_needs_a_featureless_dataset(tmp_path, data_root, cache_dir):
+    recipe = load_downstream_recipe(REPO / "recipes/downstream/exp.yaml", [
+        f"data.root={data_root}", "model.pe.source=RWSE", "model.pe.dim_pe=128", f"data.cache_dir={cache_dir}",
+        f"general_pipeline.save_path={tmp_path}"])
+    with pytest.raises(RecipeError, match="leaves no room"):
+        train_downstream(recipe, progress=False)
