@@ -51,7 +51,7 @@ RECIPE = {
         "num_epochs": 30, "batch_size": 128, "eval_batch_size": 512, "standardize_targets": True,
         "optimizer": {"name": "adamw", "lr": 0.002, "weight_decay": 0.0},
         "lr_scheduler": {"name": "cosine_with_warmup", "warmup_epochs": 2},
-        "loss": "l1", "num_seeds": 3, "save_checkpoints": True,
+        "loss": "l1", "num_seeds": 3, "save_checkpoints": True, "checkpoint_every": 5,
     },
 }
 

@@ -178,18 +178,21 @@ def test_csl_end_to_end(tmp_path, cache_dir):
         train_downstream(csl_recipe(tmp_path / "job", cache_dir), progress=False)
 
 
-def test_resume_equals_uninterrupted(tmp_path, cache_dir):
-    extra = ["general_pipeline.num_epochs=4", "model.dropout=0.2", "general_pipeline.lr_scheduler.warmup_epochs=1"]
+@pytest.mark.parametrize("every", [1, 2])
+def test_resume_equals_uninterrupted(tmp_path, cache_dir, every):
+    extra = ["general_pipeline.num_epochs=5", "model.dropout=0.2", "general_pipeline.lr_scheduler.warmup_epochs=1",
+             f"general_pipeline.checkpoint_every={every}"]
     whole = train_downstream(csl_recipe(tmp_path / "whole", cache_dir, *extra), progress=False, seeds=[0])
 
     def crash(record):
-        if record["epoch"] == 2:
+        if record["epoch"] == 3:
             raise RuntimeError("simulated kill")
 
     with pytest.raises(RuntimeError, match="simulated kill"):
         train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
                          on_epoch_end=crash)
-    assert load_checkpoint(tmp_path / "split/seed0-fold0/last.pt")["epoch"] == 2
+    # killed after epoch 3: with checkpoints every 2 epochs, the resumed run repeats epoch 3
+    assert load_checkpoint(tmp_path / "split/seed0-fold0/last.pt")["epoch"] == (3 if every == 1 else 2)
     resumed = train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
                                resume=True)
     for key in ("best_epoch", "train", "val", "test", "epochs"):

@@ -326,3 +326,18 @@ def test_pretraining_step_reduces_loss():
 def test_virtual_node_info_device_cache():
     info = VirtualNodeInfo(2, 1, 1, torch.tensor([2]), torch.tensor([0, 0, 0]))
     assert info.node_graph_on("cpu") is info.node_graph
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    torch.manual_seed(0)
+    bg = _batch()
+    model = GPSEForPretraining.from_config({"encoder": dict(SMALL), "heads": {"num_node_targets": 3}}).eval()
+    x = random_node_features(bg, 6, seed=0)
+    cpu = model(bg, x)
+    model.cuda()
+    gpu = model(bg, x.cuda())  # the graph stays on the CPU; the torch path runs on CUDA
+    for a, b in zip(cpu, gpu):
+        torch.testing.assert_close(a, b.cpu(), atol=1e-4, rtol=1e-4)
+    assert model.encoder(bg, seed=0).device.type == "cuda"
+    gpu[0].sum().backward()

@@ -264,3 +264,18 @@ def test_partial_eigensolver_matches_full(mixed, monkeypatch):
             torch.testing.assert_close(part.node["LapPE"], full.node["LapPE"], atol=1e-6, rtol=0)
         if "EigVals" in names:
             torch.testing.assert_close(part.graph["EigVals"], full.graph["EigVals"], atol=1e-7, rtol=0)
+
+
+def test_worker_threads_and_id_types(mixed):
+    """Thread-parallel chunks give the same values; int32 / int64 / batched inputs mix (public path)."""
+    serial = compute_pse_tensors(mixed, num_workers=1)
+    threaded = compute_pse_tensors(mixed, num_workers=3)
+    for table in ("node", "graph"):
+        for name, value in getattr(serial, table).items():
+            assert torch.equal(getattr(threaded, table)[name], value), name
+    mixed_types = [mixed[0].int(), mixed[1], dgl.batch([mixed[2], mixed[3]])]
+    res = compute_pse_tensors(mixed_types)
+    ref = compute_pse_tensors(mixed[:4])
+    for table in ("node", "graph"):
+        for name, value in getattr(ref, table).items():
+            torch.testing.assert_close(getattr(res, table)[name], value, atol=1e-6, rtol=0)

@@ -72,3 +72,9 @@ def test_tiny_molecule_regression(tmp_path, capsys):
     # the same job again is refused without --resume / --overwrite
     code, _, err = run_cli([RECIPES / "zinc.yaml", "--set", f"data.root={root}", "--out", tmp_path / "run"], capsys)
     assert code == 2 and "already holds a run" in err
+
+
+def test_missing_gpse_checkpoint_is_a_one_line_error(tmp_path, capsys):
+    code, _, err = run_cli([RECIPES / "csl.yaml", "--set", "model.pe.source=GPSE",
+                            "--set", f"model.pe.checkpoint={tmp_path / 'missing.pt'}", "--out", tmp_path / "run"], capsys)
+    assert code == 2 and err.count("\n") == 1 and "missing.pt not found" in err

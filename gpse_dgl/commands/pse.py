@@ -69,6 +69,21 @@ def _load_dataset(name: str, root):
     return list(ds.graphs), {}, f"dataset {ds.name} ({len(ds.graphs)} graphs)"
 
 
+def _check_device(device: str) -> None:
+    import torch
+
+    from ..utils.errors import GPSEError
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise click.BadParameter(f"{device!r} is not a torch device", param_hint="--device") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise GPSEError(f"--device {device}: CUDA is not available here (use --device cpu)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise GPSEError(f"--device {device}: MPS is not available here (use --device cpu)")
+
+
 @click.command("pse")
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="DGL binary graph file (dgl.save_graphs); its node data and labels are kept.")
@@ -98,9 +113,11 @@ def _load_dataset(name: str, root):
               help="Work bound of the CycleGE cycle counter (partial paths held at once).")
 @click.option("--device", default="cpu", show_default=True,
               help="torch device for the dense linear algebra, e.g. cpu or cuda:0.")
+@click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Threads computing small same-size batches side by side (0: torch's thread count).")
 @click.option("--progress/--no-progress", default=True, show_default=True, help="tqdm progress bar.")
 def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_path, dense_limit,
-            max_cycle_paths, device, progress):
+            max_cycle_paths, device, workers, progress):
     """Compute explicit positional and structural encodings and save them as a DGL binary file.
 
     Exactly one input: --input, --smiles or --dataset. Graphs are read as simple undirected graphs
@@ -129,6 +146,7 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
                                + (f" (got {', '.join(chosen)})" if chosen else ""))
     if unique and smiles is None:
         raise click.UsageError("--unique only applies to --smiles")
+    _check_device(device)
 
     if input_path is not None:
         try:
@@ -148,7 +166,8 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
     start = time.perf_counter()
     graphs, graph_level = compute_pses(
         graphs, names, normalize=not no_normalize, progress=progress,
-        dense_limit=dense_limit or DEFAULT_DENSE_LIMIT, max_cycle_paths=max_cycle_paths, device=device)
+        dense_limit=dense_limit or DEFAULT_DENSE_LIMIT, max_cycle_paths=max_cycle_paths, device=device,
+        num_workers=workers)
     elapsed = time.perf_counter() - start
     num_nodes = sum(g.num_nodes() for g in graphs)
     rate = len(graphs) / elapsed if elapsed > 0 else float("inf")

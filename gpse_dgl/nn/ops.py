@@ -242,9 +242,16 @@ def _dst_chunks(graph: dgl.DGLGraph, device: torch.device, chunk_edges: int):
 
 
 def _gated_forward(chunks, dst_gate, src_gate, src_feat, out):
+    if not chunks:
+        return out
+    rows = max(len(c[2]) for c in chunks)
+    buf1 = src_feat.new_empty((rows,) + src_feat.shape[1:])
+    buf2 = torch.empty_like(buf1)
     for a, b, s, d in chunks:
-        msg = src_gate.index_select(0, s).add_(dst_gate[a:b].index_select(0, d)).sigmoid_()
-        msg.mul_(src_feat.index_select(0, s))
+        n = len(s)
+        msg = torch.index_select(src_gate, 0, s, out=buf1[:n])
+        msg.add_(torch.index_select(dst_gate[a:b], 0, d, out=buf2[:n])).sigmoid_()
+        msg.mul_(torch.index_select(src_feat, 0, s, out=buf2[:n]))
         out[a:b].index_add_(0, d, msg)
     return out
 

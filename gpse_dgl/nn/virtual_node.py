@@ -34,10 +34,10 @@ import dgl
 
 from . import ops
 
-__all__ = ["VirtualNodeInfo", "add_virtual_nodes", "no_virtual_nodes"]
+__all__ = ["VirtualNodeInfo", "add_virtual_nodes", "no_virtual_nodes", "pool"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class VirtualNodeInfo:
     """Where the virtual nodes are in an augmented graph.
 

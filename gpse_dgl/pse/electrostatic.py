@@ -37,13 +37,17 @@ def elstatic_pe(batch) -> torch.Tensor:
     q = pinv - pinv.diagonal(dim1=-2, dim2=-1).unsqueeze(-2)  # q[b, j, i] = L+[j, i] - L+[i, i]
     dinv_a = batch.adj * batch.inv_deg.unsqueeze(-1)  # (D^-1 A)[j, i] = A[j, i] / d_j, 0 if isolated
     weighted = dinv_a * q
-    if batch.n > 1:
-        col_std, row_std = q.std(dim=-2), q.std(dim=-1)
+    n = batch.n
+    col_mean, row_mean = q.mean(dim=-2), q.mean(dim=-1)
+    if n > 1:
+        # two-pass unbiased std; Tensor.std over a strided axis of small stacks is several times slower
+        col_std = ((q - col_mean.unsqueeze(-2)) ** 2).sum(dim=-2).div_(n - 1).sqrt_()
+        row_std = ((q - row_mean.unsqueeze(-1)) ** 2).sum(dim=-1).div_(n - 1).sqrt_()
     else:  # the unbiased std of one value is undefined (NaN in the reference, then set to 0)
         col_std = row_std = torch.zeros_like(mu)
     return torch.stack([
         q.amin(dim=-2),
-        q.mean(dim=-2),
+        col_mean,
         col_std,
         q.amin(dim=-1),
         row_std,

@@ -69,36 +69,41 @@ def _canonicalize(kept, lam, vec, idx, valid) -> None:
     ``P`` stacked as ``(C, n, n)``, step ``s`` of the Gram-Schmidt picks, for every pair at once, the first
     column whose residual norm exceeds ``RESIDUAL_TOL``, normalises it and projects it out of the residual
     (columns skipped before stay below the tolerance, so this equals the sequential node-order process).
+    Runs in numpy: for these small arrays its per-call overhead is several times below torch's.
     """
-    repeated = _repeated(lam, idx, valid)
-    if not bool(repeated.any()):
+    repeated_t = _repeated(lam, idx, valid)
+    if not bool(repeated_t.any()):
         return
-    m = lam.shape[-1]
+    lam_np, idx_np, repeated = lam.cpu().numpy(), idx.cpu().numpy(), repeated_t.cpu().numpy()
+    m = lam_np.shape[-1]
     # cluster id of every eigenvalue: a new cluster starts where the gap reaches CLUSTER_TOL
-    step = (lam[:, 1:] - lam[:, :-1] >= CLUSTER_TOL).to(torch.int64)
-    cid = torch.cat([torch.zeros_like(step[:, :1]), step.cumsum(-1)], dim=-1)
-    cid = torch.where(lam.abs() < ZERO_TOL, torch.full_like(cid, -1), cid)  # zero eigenvalues: never kept
-    kept_cid = torch.gather(cid, -1, idx)  # (B, k)
+    cid = np.zeros(lam_np.shape, dtype=np.int64)
+    np.cumsum(lam_np[:, 1:] - lam_np[:, :-1] >= CLUSTER_TOL, axis=1, out=cid[:, 1:])
+    cid[np.abs(lam_np) < ZERO_TOL] = -1  # zero eigenvalues are never kept
+    kept_cid = np.take_along_axis(cid, idx_np, axis=-1)  # (B, k)
     # one row per (graph, cluster) pair that holds a repeated kept eigenvalue
-    key = torch.arange(lam.shape[0], device=lam.device).unsqueeze(-1) * (m + 1) + kept_cid
-    pairs = torch.unique(key[repeated])
+    key = np.arange(lam_np.shape[0])[:, None] * (m + 1) + kept_cid
+    pairs = np.sort(key[repeated])  # unique by sorting (np.unique's hash path costs ~0.3 ms per call)
+    pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])]
     pb, pc = pairs // (m + 1), pairs % (m + 1)
-    members = (cid[pb] == pc.unsqueeze(-1)).to(vec.dtype)  # (C, m)
-    basis = vec[pb] * members.unsqueeze(-2)  # (C, n, m)
-    resid = basis @ basis.transpose(-1, -2)  # projectors (C, n, n)
-    belongs = repeated[pb] & (kept_cid[pb] == pc.unsqueeze(-1))  # (C, k): kept columns of each pair
-    rank = belongs.cumsum(-1) - 1
+    vec_np = vec.cpu().numpy()[pb]  # (C, n, m)
+    members = cid[pb] == pc[:, None]  # (C, m)
+    basis = vec_np * members[:, None, :]
+    resid = basis @ basis.transpose(0, 2, 1)  # eigenspace projectors (C, n, n)
+    belongs = repeated[pb] & (kept_cid[pb] == pc[:, None])  # (C, k): kept columns of each pair
+    rank = np.cumsum(belongs, axis=-1) - 1
+    rows = np.arange(pairs.shape[0])
     canon = []
     for _ in range(int(belongs.sum(-1).max())):
-        norms = resid.norm(dim=-2)  # (C, n) residual norm of every projector column
-        first = (norms > RESIDUAL_TOL).to(torch.int8).argmax(-1)  # first column above the tolerance
-        w = torch.gather(resid, -1, first.view(-1, 1, 1).expand(-1, resid.shape[-2], 1)).squeeze(-1)
-        w = w / torch.gather(norms, -1, first.unsqueeze(-1)).clamp_min(1e-300)
+        norms = np.sqrt(np.einsum("cij,cij->cj", resid, resid))  # residual norm of every column
+        first = np.argmax(norms > RESIDUAL_TOL, axis=-1)  # first column above the tolerance
+        w = resid[rows, :, first] / np.maximum(norms[rows, first], 1e-300)[:, None]  # (C, n)
         canon.append(w)
-        resid = resid - w.unsqueeze(-1) * (w.unsqueeze(-2) @ resid)
-    canon = torch.stack(canon, dim=-1)  # (C, n, r_max)
-    pair_idx, col = torch.nonzero(belongs, as_tuple=True)
-    kept[pb[pair_idx], :, col] = canon[pair_idx, :, rank[pair_idx, col]]
+        resid = resid - w[:, :, None] * np.einsum("ci,cij->cj", w, resid)[:, None, :]
+    canon = np.stack(canon, axis=-1)  # (C, n, r_max)
+    pair_idx, col = np.nonzero(belongs)
+    values = torch.from_numpy(canon[pair_idx, :, rank[pair_idx, col]]).to(kept)  # (P, n)
+    kept[torch.from_numpy(pb[pair_idx]), :, torch.from_numpy(col)] = values
 
 
 def lap_pe(batch) -> torch.Tensor:

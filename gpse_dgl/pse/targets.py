@@ -97,11 +97,9 @@ def pretraining_targets(
     result = compute_pse_tensors(glist, node_names + graph_names, normalize=True, progress=progress,
                                  dense_limit=dense_limit, max_cycle_paths=max_cycle_paths, device=device)
     num_graphs, total = result.num_nodes.shape[0], int(result.num_nodes.sum())
-    if node_names:
-        node = torch.cat([result.node[n] for n in node_names], dim=1)
-        write_ndata(glist, {key: node})
-    else:
-        write_ndata(glist, {key: torch.zeros(total, 0)})
+    counts = result.num_nodes.tolist() if num_graphs == len(glist) else None
+    node = torch.cat([result.node[n] for n in node_names], dim=1) if node_names else torch.zeros(total, 0)
+    write_ndata(glist, {key: node}, counts)
     if not graph_names:
         return torch.zeros(num_graphs, 0)
     return torch.cat([result.graph[n] for n in graph_names], dim=1)

@@ -18,7 +18,8 @@ once per run:
   evaluate on the full graph, or with DGL neighbour sampling (``general_pipeline.sampling: neighbor``,
   for models without edge features; evaluation then uses one fixed sampled draw per split).
   Regression targets can be standardised for training (``general_pipeline.standardize_targets``);
-  scores and validation losses are always in the targets' units.
+  scores and validation / test losses are always in the targets' units (the logged training loss is
+  the standardised one that is optimised).
 * **Optimisation.** Adam / AdamW; cosine schedule with linear warm-up stepped per epoch (GraphGPS),
   reduce-on-plateau on the validation metric, or a constant rate.
 
@@ -47,6 +48,7 @@ Example
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import json
 import math
@@ -455,8 +457,9 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
     log : callable, optional
         Receives one-line status messages (default: ``tqdm.write`` with progress, else nothing).
     on_epoch_end : callable, optional
-        Called with each epoch's record after its checkpoint is written; raising ``StopIteration`` ends
-        the run early (it is then evaluated as usual), any other exception aborts the job.
+        Called with each epoch's record after its checkpoints (when due) are written; raising
+        ``StopIteration`` ends the run early (it is then evaluated as usual), any other exception aborts
+        the job.
 
     Returns
     -------
@@ -565,6 +568,7 @@ class _Trainer:
         self.edges = _uses_edge_features(model)
         self.pe_only = config["pe_only"]
         self.eval_batches = None
+        self.pending_best = None  # payload of a best epoch not written yet (see _save)
         self.shift, self.scale = self._target_scaling()
 
     def _target_scaling(self) -> tuple[torch.Tensor | float, torch.Tensor | float]:
@@ -594,16 +598,18 @@ class _Trainer:
             for epoch in bar:
                 record = self._epoch(epoch, state)
                 self._log(writer, record)
-                self._save(state, record)
+                out_of_time = limit is not None and time.perf_counter() - started > limit * 60
+                self._save(state, record, final=epoch + 1 == num_epochs or out_of_time)
                 if hasattr(bar, "set_postfix"):
                     bar.set_postfix_str(_postfix(record, self.spec), refresh=False)
-                if limit is not None and time.perf_counter() - started > limit * 60 and epoch + 1 < num_epochs:
+                if out_of_time and epoch + 1 < num_epochs:
                     status = f"time limit of {limit:g} min reached after epoch {epoch + 1}"
                     break
                 if on_epoch_end is not None:
                     try:
                         on_epoch_end(record)
                     except StopIteration:
+                        self._save(state, record, final=True)
                         status = f"stopped by on_epoch_end after epoch {epoch + 1}"
                         break
         finally:
@@ -810,13 +816,22 @@ class _Trainer:
 
     # -- checkpoints and logs ------------------------------------------------------------------
 
-    def _save(self, state: RunState, record: dict) -> None:
+    def _save(self, state: RunState, record: dict, final: bool = False) -> None:
+        """Checkpoints every ``checkpoint_every`` epochs; the best epoch's is kept in memory until then
+        (writing two files per epoch costs more than training a small model for one)."""
         if not self.general["save_checkpoints"]:
             return
-        payload = _payload(self.model, self.optimizer, self.scheduler, self.recipe, self.plan, self.config, state)
         if record.get("is_best"):
-            ckpt.save_checkpoint(self.run_dir / "best.pt", payload)
-        ckpt.save_checkpoint(self.run_dir / "last.pt", payload)
+            self.pending_best = copy.deepcopy(
+                _payload(self.model, self.optimizer, self.scheduler, self.recipe, self.plan, self.config, state))
+        if not (final or state.epoch % self.general["checkpoint_every"] == 0):
+            return
+        if self.pending_best is not None:
+            ckpt.save_checkpoint(self.run_dir / "best.pt", self.pending_best)
+            self.pending_best = None
+        ckpt.save_checkpoint(self.run_dir / "last.pt",
+                             _payload(self.model, self.optimizer, self.scheduler, self.recipe, self.plan,
+                                      self.config, state))
 
     def _log(self, writer, record: dict) -> None:
         step = record["epoch"]

@@ -170,6 +170,8 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
         "save_path": Field("str", "runs/downstream", "output directory: results.json, per-run checkpoints "
                            "and TensorBoard logs"),
         "save_checkpoints": Field("bool", True, "write last.pt (for --resume) and best.pt of every run"),
+        "checkpoint_every": Field("int", 1, "write the checkpoints every this many epochs (and after the last); "
+                                  "an interrupted run repeats at most this many epochs", minimum=1),
         "eval_every": Field("int", 1, "evaluate every this many epochs (and after the last)", minimum=1),
         "num_threads": Field("int", None, "torch CPU threads; null = torch's default", nullable=True,
                              minimum=1),
