@@ -11,7 +11,8 @@ The GPSE row should use an encoder pretrained by our own pretraining on the embe
 (``gpse-dgl pretrain recipes/quickstart.yaml`` -> ``runs/quickstart/best.pt``, or the shipped
 ``gpse_dgl/assets`` model); pass it with ``--checkpoint``. Without one the GPSE row is skipped.
 
-Run (paper protocol: ten repeats; about 25 runs of 200 epochs per repeat)::
+Run (paper protocol: ten repeats of 25 runs of 200 epochs; one run took about 50 s on a 2-core machine
+shared with other jobs, so ~20 min per repeat there; use ``--repeats 3`` when time-bound)::
 
     python benchmarks/csl.py --checkpoint runs/quickstart/best.pt --out benchmarks/results/csl
     python benchmarks/csl.py --repeats 2 --epochs 50          # a quicker look

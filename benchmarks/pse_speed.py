@@ -58,6 +58,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpse_dgl.pse import ALL_PSES, compute_pses  # noqa: E402
 from gpse_dgl.pse import reference as ref  # noqa: E402
 
+CLOCK = time.perf_counter  # --clock cpu switches to time.process_time
+
 REF_FUNCS = {
     "ElstaticPE": ref.ref_elstatic_pe,
     "LapPE": ref.ref_lap_pe,
@@ -73,20 +75,20 @@ def time_ours(graphs, names, repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
         fresh = [g.clone() for g in graphs]
-        start = time.perf_counter()
+        start = CLOCK()
         compute_pses(fresh, names)
-        best = min(best, time.perf_counter() - start)
+        best = min(best, CLOCK() - start)
     return best
 
 
 def time_baseline(graphs, names) -> float:
     """Per-graph reference: dense adjacency, then each PSE's plain implementation."""
-    start = time.perf_counter()
+    start = CLOCK()
     for g in graphs:
         adj = ref.dense_adjacency(g)
         for name in names:
             REF_FUNCS[name](adj)
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def to_pyg(graphs):
@@ -100,10 +102,10 @@ def to_pyg(graphs):
 
 
 def time_pyg(data_list, transform) -> float:
-    start = time.perf_counter()
+    start = CLOCK()
     for d in data_list:
         transform(d.clone())
-    return time.perf_counter() - start
+    return CLOCK() - start
 
 
 def er_graphs(num, n, p, seed):
@@ -185,8 +187,9 @@ def main(argv=None):
     ap.add_argument("--molecules", type=int, default=None, help="use only the first N molecules")
     ap.add_argument("--baseline-graphs", type=int, default=500,
                     help="molecules timed with the per-graph baseline (default 500)")
-    ap.add_argument("--er-sizes", default="100,300,500,1000", help="comma-separated ER graph sizes ('' = none)")
-    ap.add_argument("--er-graphs", type=int, default=1000, help="ER graphs per size (paper: 1000)")
+    ap.add_argument("--er-sizes", default=None,
+                    help="comma-separated ER graph sizes, '' for none (default 100,300,500,1000; --quick: 100,300)")
+    ap.add_argument("--er-graphs", type=int, default=None, help="ER graphs per size (default and paper: 1000)")
     ap.add_argument("--er-p", type=float, default=0.1, help="ER edge probability")
     ap.add_argument("--er-baseline-graphs", type=int, default=10, help="ER graphs timed with the baseline")
     ap.add_argument("--repeats", type=int, default=3, help="runs of ours per row; the best counts")
@@ -194,17 +197,27 @@ def main(argv=None):
                     help="threads of torch, OpenMP, MKL and OpenBLAS, for ours and the baseline alike "
                          "(default: the libraries' own; on a busy machine 1 avoids oversubscription)")
     ap.add_argument("--no-pyg", action="store_true", help="skip the PyG comparison")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                    help="wall time (default), or this process's CPU time: steadier on a shared machine, "
+                         "but it adds up all threads, so use it with --threads 1")
     ap.add_argument("--quick", action="store_true",
                     help="short run: baseline on 200 molecules, ER sizes 100,300 with 100 graphs")
     args = ap.parse_args(argv)
     if args.quick:
         args.baseline_graphs = min(args.baseline_graphs, 200)
-        args.er_sizes, args.er_graphs, args.er_baseline_graphs, args.repeats = "100,300", 100, 5, 2
+        args.er_baseline_graphs, args.repeats = 5, 2
+    if args.er_sizes is None:
+        args.er_sizes = "100,300" if args.quick else "100,300,500,1000"
+    if args.er_graphs is None:
+        args.er_graphs = 100 if args.quick else 1000
     if args.threads:
         torch.set_num_threads(args.threads)
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
 
     print(f"python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs, "
-          f"torch threads {torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}", flush=True)
+          f"torch threads {torch.get_num_threads()}, {args.clock} clock, load average "
+          f"{os.getloadavg()[0]:.2f}", flush=True)
     rows, notes = [], []
 
     from gpse_dgl.data.molecules import load_embedded_molecules
@@ -223,7 +236,7 @@ def main(argv=None):
         bench_dataset(f"ER-{n}", graphs, spectral, args, args.er_baseline_graphs, rows, notes)
     notes.append("ER: CycleGE excluded (as in the paper); 'all' = the five spectral PSEs")
     notes.append(f"ER edge probability p = {args.er_p}")
-    notes.append(f"load average at the end: {os.getloadavg()[0]:.2f}")
+    notes.append(f"{args.clock} clock; load average at the end: {os.getloadavg()[0]:.2f}")
     print_table(rows, notes)
 
 

@@ -119,3 +119,17 @@ def test_usage_errors(tmp_path, checkpoint, capsys, argv, message):
 def test_help_has_an_example(capsys):
     code, out, _ = _run(["encode", "--help"], capsys)
     assert code == 0 and "gpse-dgl encode --smiles" in out and "--checkpoint" in out
+
+
+def test_default_checkpoint_is_named(tmp_path, checkpoint, capsys, monkeypatch):
+    from gpse_dgl.encode import loading
+
+    smi = tmp_path / "m.smi"
+    smi.write_text("CCO\nCCCC\n")
+    monkeypatch.setattr(loading, "default_checkpoint_path", lambda: checkpoint)
+    code, _, err = _run(["encode", "--smiles", str(smi), "--out", str(tmp_path / "o.bin")], capsys)
+    assert code == 0, err
+    assert f"model: {checkpoint} (shipped default" in err and "quickstart" in err
+    monkeypatch.setattr(loading, "default_checkpoint_path", lambda: tmp_path / "absent.pt")
+    code, _, err = _run(["encode", "--smiles", str(smi), "--out", str(tmp_path / "o.bin")], capsys)
+    assert code == 2 and "shipped default" in err and "--checkpoint" in err

@@ -75,6 +75,8 @@ def test_embedded_dataset_normalised_matches_library(tmp_path):
     counts = [g.num_nodes() for g in raw]
     expected = per_graph_standardize(torch.cat([g.ndata["HKdiagSE"].double() for g in raw]), counts)
     got = torch.cat([g.ndata["HKdiagSE"] for g in loaded[:50]]).double()
+    # the CLI standardises the float64 values, this check the stored float32 ones: columns of tiny
+    # variance amplify that rounding, hence the looser tolerance
     torch.testing.assert_close(got, expected, atol=2e-4, rtol=0)
 
 

@@ -1,6 +1,8 @@
 """``gpse-dgl encode``: GPSE encodings of a dataset, a DGL binary file or a SMILES file."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 
 import click
@@ -16,6 +18,17 @@ def _parse_fanouts(ctx, param, value):
     if not fanouts or any(f == 0 or f < -1 for f in fanouts):
         raise click.BadParameter(f"{value!r}: fan-outs must be positive (or -1 for all neighbours)")
     return fanouts
+
+
+@contextlib.contextmanager
+def _silenced(name: str):
+    logger = logging.getLogger(name)
+    previous = logger.disabled
+    logger.disabled = True
+    try:
+        yield
+    finally:
+        logger.disabled = previous
 
 
 def _load_graphs(dataset, input_path, smiles, root):
@@ -109,8 +122,12 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
 
     from ..encode import describe_checkpoint, encode_dataset, load_gpse
 
-    model = load_gpse(checkpoint, device=device)
+    with _silenced("gpse_dgl.encode"):  # the line below says the same, once
+        model = load_gpse(checkpoint, device=device)
     click.echo(f"model: {describe_checkpoint(model)}", err=True)
+    if checkpoint is None:
+        click.echo("       (the small quickstart model shipped with gpse-dgl; pass --checkpoint "
+                   "gpse_model_molpcba_1.0.pt or your own best.pt for other weights)", err=True)
     graphs, labels, description = _load_graphs(dataset, input_path, smiles, root)
     num_nodes = sum(g.num_nodes() for g in graphs)
     click.echo(f"input: {description}: {len(graphs)} graph(s), {num_nodes} nodes", err=True)

@@ -34,9 +34,11 @@ class ResGatedConv(nn.Module):
 
     The four maps are stored as one fused ``weight`` of shape ``(4 * out_feats, in_feats)`` whose row
     blocks are key, query, value, skip (in that order) and one ``kqv_bias`` of shape
-    ``(3 * out_feats,)``; one matrix product computes all four. The gated aggregation is
-    :func:`gpse_dgl.nn.ops.gated_sum` (``u_add_v`` -> sigmoid -> ``u_mul_e_sum``), so it runs on DGL's
-    kernels or on plain torch depending on ``backend``.
+    ``(3 * out_feats,)``. The gated aggregation is :func:`gpse_dgl.nn.ops.gated_sum`: with
+    ``backend="dgl"`` DGL's ``u_add_v`` -> sigmoid -> ``u_mul_e_sum``; with ``"torch"`` (also what
+    ``None``/``"auto"`` selects for this op) a chunked torch kernel that recomputes the gates in
+    backward instead of storing ``(E, out_feats)`` tensors. Without autograd the four products are
+    written into one reusable buffer and the messages are accumulated onto the skip term in place.
 
     Parameters
     ----------

@@ -117,6 +117,7 @@ class GPSE(nn.Module):
             nn.BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1) for _ in range(self.num_layers))
         self.dropout = nn.Dropout(float(dropout))
         self._backend = backend
+        self.reset_parameters()
 
     # ------------------------------------------------------------------ config
     def to_config(self) -> dict[str, Any]:

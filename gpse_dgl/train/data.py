@@ -352,8 +352,8 @@ def _compute_targets(graphs: list, node_names: list, graph_names: list, data_rec
     from ..pse.targets import pretraining_targets
 
     device = data_recipe["target_device"]
-    graph_targets = _call_with_supported(pretraining_targets, graphs, node_names, graph_names,
-                                         progress=progress, device=None if device in (None, "cpu") else device)
+    graph_targets = pretraining_targets(graphs, node_names, graph_names, progress=progress,
+                                        device=None if device in (None, "cpu") else device)
     num_nodes = torch.tensor([g.num_nodes() for g in graphs], dtype=torch.int64)
     num_edges = torch.tensor([g.num_edges() for g in graphs], dtype=torch.int64)
     node_targets = (torch.cat([g.ndata[NODE_TARGET_KEY] for g in graphs]) if node_names
@@ -362,15 +362,6 @@ def _compute_targets(graphs: list, node_names: list, graph_names: list, data_rec
     dst = torch.cat([g.edges()[1].long() for g in graphs])
     graph_targets = torch.as_tensor(graph_targets, dtype=torch.float32).reshape(len(graphs), -1)
     return GraphCollection(num_nodes, num_edges, src, dst, node_targets, graph_targets)
-
-
-def _call_with_supported(function, *args, **options):
-    """Call ``function`` with the keyword options its signature accepts (others are dropped)."""
-    import inspect
-
-    parameters = inspect.signature(function).parameters
-    accepts_any = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-    return function(*args, **{k: v for k, v in options.items() if accepts_any or k in parameters})
 
 
 # ----------------------------------------------------------------------------------------------

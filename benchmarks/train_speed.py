@@ -1,0 +1,247 @@
+#!/usr/bin/env python
+"""GPSE pretraining throughput: gpse-dgl vs PyTorch Geometric's GPSE, same weights, same batches, same loss.
+
+One training step = forward + loss + backward + AdamW step (lr 5e-3, weight decay 1e-4, as in
+``recipes/molpcba.yaml``) of the paper-size model: 20 ResGatedGCN layers x 512, virtual node, 51 node
+heads + graph head, dropout 0.2, train mode. Both sides get:
+
+* the same batches of embedded molecules (bare skeletons from
+  :func:`gpse_dgl.data.molecules.load_embedded_molecules`, in order) with their real pretraining targets
+  (:func:`gpse_dgl.pse.targets.pretraining_targets`: 51 node + 11 graph columns) and the same N(0, 1)
+  input features; batches, features and targets are built before timing;
+* the same initial weights: ours from ``torch.manual_seed(seed)``, copied into
+  ``torch_geometric.nn.GPSE`` with :func:`gpse_dgl.nn.pyg_compat.to_authors_state_dict` (strict load);
+* the same loss, :func:`gpse_dgl.nn.loss.gpse_loss`: on PyG's side it takes the node and graph blocks of
+  the padded ``(pred, true)`` stack that PyG's ``GNNInductiveHybridMultiHead`` returns (that head drops
+  the virtual nodes itself).
+
+PyG's batches are ``Batch.from_data_list`` of ``Data(edge_index, x, y)`` passed through
+``torch_geometric.transforms.VirtualNode`` (virtual node appended last per graph, zero features, as in
+``precompute_GPSE``), plus ``y_graph``. Each side runs in its own child process (so peak RSS is its own);
+the first ``--warmup`` steps are not timed. As a parity check each side also reports the eval-mode loss
+on the first batch before training (should agree to ~1e-6).
+
+Usage::
+
+    python benchmarks/train_speed.py --small --steps 3                # quick check (8 layers x 64)
+    python benchmarks/train_speed.py                                  # paper size, CPU time, 1 thread
+    python benchmarks/train_speed.py --clock wall --threads 2         # quiet machine, wall clock
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+
+from _common import (CLOCK_HELP, CLOCKS, command_line, current_rss_mb, load_average,  # noqa: E402
+                     machine_line, markdown_table, peak_rss_mb, set_threads_env, today)
+
+SIDES = ("ours", "pyg")
+LABELS = {"ours": "gpse-dgl", "pyg": "PyG torch_geometric.nn.GPSE"}
+_MARK = "@@RESULT@@"
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps per side (default 10)")
+    ap.add_argument("--warmup", type=int, default=1, help="untimed steps first (default 1)")
+    ap.add_argument("--small", action="store_true", help="8 layers x 64 instead of 20 x 512 (quick check)")
+    ap.add_argument("--layers", type=int, help="override the number of layers")
+    ap.add_argument("--dim", type=int, help="override the width")
+    ap.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads (default 1)")
+    ap.add_argument("--clock", choices=tuple(CLOCKS), default="cpu", help=CLOCK_HELP + " (default cpu)")
+    ap.add_argument("--backend", default=None, help="our message-passing backend (dgl, torch; default auto)")
+    ap.add_argument("--sides", default="ours,pyg", help="comma-separated subset of ours,pyg")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # internal: run one side, print JSON
+    args = ap.parse_args(argv)
+    args.layers = args.layers or (8 if args.small else 20)
+    args.dim = args.dim or (64 if args.small else 512)
+    return args
+
+
+# --------------------------------------------------------------------------- one side (child process)
+def prepare_data(args):
+    """``[(graphs, x, graph_targets)]`` for warm-up + timed steps (cycling if the molecules run out)."""
+    import torch
+
+    from gpse_dgl.data.molecules import load_embedded_molecules
+    from gpse_dgl.pse.targets import pretraining_targets
+
+    mols = load_embedded_molecules()
+    n_batches = min(args.warmup + args.steps, len(mols) // args.batch_size)
+    if n_batches < 1:
+        raise SystemExit(f"--batch-size {args.batch_size} exceeds the {len(mols)} molecules")
+    mols = [g.clone() for g in mols[:n_batches * args.batch_size]]
+    y_graph = pretraining_targets(mols)
+    gen = torch.Generator().manual_seed(args.seed)
+    batches = []
+    for b in range(n_batches):
+        sl = slice(b * args.batch_size, (b + 1) * args.batch_size)
+        num_nodes = sum(g.num_nodes() for g in mols[sl])
+        batches.append((mols[sl], torch.randn(num_nodes, 20, generator=gen), y_graph[sl]))
+    return batches
+
+
+def ours_batch(graphs, x, y_graph):
+    import dgl
+
+    g = dgl.batch(graphs)
+    return g, x, g.ndata["gpse_node_target"], y_graph
+
+
+def pyg_batch(graphs, x, y_graph):
+    import torch
+    import torch_geometric.transforms as T
+    from torch_geometric.data import Batch, Data
+
+    add_vn, data, start = T.VirtualNode(), [], 0
+    for i, g in enumerate(graphs):
+        n = g.num_nodes()
+        d = add_vn(Data(edge_index=torch.stack(g.edges()).long(), x=x[start:start + n],
+                        y=g.ndata["gpse_node_target"], num_nodes=n))
+        d.y_graph = y_graph[i:i + 1]
+        data.append(d)
+        start += n
+    batch = Batch.from_data_list(data)
+    return batch, torch.diff(batch.ptr) - 1  # nodes per graph without the virtual node
+
+
+def run_side(args) -> dict:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from gpse_dgl.nn.gpse import GPSEForPretraining
+    from gpse_dgl.nn.loss import gpse_loss
+
+    clock = CLOCKS[args.clock]
+    data = prepare_data(args)
+    torch.manual_seed(args.seed)
+    model = GPSEForPretraining.from_config(
+        {"encoder": {"dim_hidden": args.dim, "num_layers": args.layers},
+         "heads": {"graph_hidden": args.dim}}, backend=args.backend)
+    k_n = model.heads.num_node_targets
+
+    if args.side == "ours":
+        batches = [ours_batch(*b) for b in data]
+
+        def loss_of(batch):
+            g, x, node_true, graph_true = batch
+            node_pred, graph_pred = model(g, x)
+            return gpse_loss(node_pred, node_true, graph_pred, graph_true, g.batch_num_nodes())[0]
+    else:
+        from torch_geometric.nn import GPSE as PyGGPSE
+
+        from gpse_dgl.nn.pyg_compat import to_authors_state_dict
+
+        theirs = PyGGPSE(dim_inner=args.dim, layers_mp=args.layers)
+        theirs.load_state_dict(to_authors_state_dict(model.state_dict(), prefix=""), strict=True)
+        model = theirs
+        batches = [pyg_batch(*b) for b in data]
+
+        def loss_of(batch):
+            pb, bnn = batch
+            pred, true = model(pb)
+            n = int(bnn.sum())
+            return gpse_loss(pred[:n, :k_n], true[:n, :k_n], pred[n:, k_n:], true[n:, k_n:], bnn)[0]
+
+    model.eval()
+    with torch.no_grad():
+        parity_loss = float(loss_of(batches[0]))
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-4)
+    rss_before = current_rss_mb()
+    seconds, graphs, losses = 0.0, 0, []
+    for step in range(args.warmup + args.steps):
+        i = step % len(batches)
+        start = clock()
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_of(batches[i])
+        loss.backward()
+        optimizer.step()
+        elapsed = clock() - start
+        losses.append(float(loss))
+        if step >= args.warmup:
+            seconds += elapsed
+            graphs += len(data[i][0])
+    return {"side": args.side, "graphs_per_s": graphs / seconds, "s_per_step": seconds / args.steps,
+            "steps": args.steps, "graphs": graphs, "eval_loss_batch0": parity_loss,
+            "first_loss": losses[0], "last_loss": losses[-1], "peak_rss_mb": peak_rss_mb(),
+            "rss_before_training_mb": rss_before, "threads": torch.get_num_threads(),
+            "nodes_per_batch": sum(d[1].shape[0] for d in data) / len(data), "distinct_batches": len(data)}
+
+
+# --------------------------------------------------------------------------- driver
+def run_child(side, argv) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--side", side]
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_MARK)]
+    if proc.returncode or not lines:
+        raise SystemExit(f"{side} run failed (exit {proc.returncode})\n{proc.stdout}")
+    return json.loads(lines[-1][len(_MARK):])
+
+
+def report(args, results, argv, load_start) -> str:
+    model = f"{args.layers} layers x {args.dim}, virtual node, 51 node heads + graph head, dropout 0.2"
+    first = next(iter(results.values()))
+    lines = [
+        "## GPSE training throughput: gpse-dgl vs PyG",
+        "",
+        f"- command: `{command_line([sys.argv[0], *argv])}`",
+        f"- machine: {machine_line()}",
+        f"- date: {today()}; load average (1/5/15 min) {load_start} at start, {load_average()} at end",
+        f"- clock: {args.clock} ({'process CPU time' if args.clock == 'cpu' else 'elapsed'}), "
+        f"torch threads {first['threads']}",
+        f"- model: {model}; train mode; AdamW (lr 5e-3, wd 1e-4); our backend: {args.backend or 'auto'}",
+        f"- work per step: forward + gpse_dgl.nn.loss.gpse_loss (both sides) + backward + optimizer step; "
+        f"batch {args.batch_size} embedded molecules (~{first['nodes_per_batch']:.0f} nodes), "
+        f"{args.steps} timed steps after {args.warmup} warm-up "
+        f"({first['distinct_batches']} distinct batches, cycled)",
+        "",
+    ]
+    rows = []
+    for side, r in results.items():
+        rows.append([LABELS[side], f"{r['graphs_per_s']:,.1f}", f"{r['s_per_step']:.3f}",
+                     f"{r['peak_rss_mb']:,.0f}", f"{r['peak_rss_mb'] - r['rss_before_training_mb']:,.0f}",
+                     f"{r['eval_loss_batch0']:.6f}", f"{r['first_loss']:.4f} -> {r['last_loss']:.4f}"])
+    if len(results) == 2:
+        o, p = results["ours"], results["pyg"]
+        rows.append(["**ratio gpse-dgl / PyG**", f"**{o['graphs_per_s'] / p['graphs_per_s']:.2f}x**",
+                     f"{o['s_per_step'] / p['s_per_step']:.2f}", f"{o['peak_rss_mb'] / p['peak_rss_mb']:.2f}",
+                     "", f"diff {abs(o['eval_loss_batch0'] - p['eval_loss_batch0']):.1e}", ""])
+    lines.append(markdown_table(["", "graphs/s", "s/step", "peak RSS (MiB)", "RSS growth in training (MiB)",
+                                 "eval loss, batch 0", "train loss first -> last"], rows))
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    set_threads_env(args.threads)
+    if args.side:
+        print(_MARK + json.dumps(run_side(args)), flush=True)
+        return 0
+    load_start = load_average()
+    results = {}
+    for side in [s.strip() for s in args.sides.split(",") if s.strip()]:
+        if side not in SIDES:
+            raise SystemExit(f"unknown side {side!r}; choose from {', '.join(SIDES)}")
+        print(f"running {side} ...", file=sys.stderr, flush=True)
+        results[side] = run_child(side, argv)
+    print(report(args, results, argv, load_start))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"args": vars(args), "results": results}, fh, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
