@@ -7,8 +7,9 @@ its peak resident memory (``ru_maxrss``) is its own; the report gives the peak a
 before encoding (graph + model), so the difference is what inference needs.
 
 Sampled inference with the paper's fan-outs (30, 20, 10, then 5) builds a 20-hop computation graph per
-mini-batch, which covers most of the graph after a few hops; ``--sampled-batches K`` times only the first
-``K`` mini-batches and extrapolates to all seed nodes.
+mini-batch, which covers most of the graph after a few hops. By default all nodes form one mini-batch
+(the library default); with ``--sample-batch-size 1024`` (the paper's GPU setting) ``--sampled-batches K``
+times only the first ``K`` mini-batches and extrapolates to all seed nodes.
 
 Usage::
 
@@ -71,18 +72,18 @@ def run_one(args) -> dict:
         result.update(seconds=round(elapsed, 2), nodes_per_s=round(graph.num_nodes() / elapsed, 1))
     else:
         fanouts = tuple(int(f) for f in args.fanouts.split(","))
-        if args.sampled_batches:
+        if args.sampled_batches and args.sample_batch_size:
             out, seeds = _sampled_prefix(model, graph, fanouts, args)
             elapsed = time.perf_counter() - t0
             rate = seeds / elapsed
             result.update(seeds_timed=seeds, seconds_timed=round(elapsed, 2), nodes_per_s=round(rate, 1),
                           seconds_extrapolated=round(graph.num_nodes() / rate, 1))
         else:
-            out = encode_sampled(model, graph, seed=0, fanouts=fanouts, batch_size=args.sample_batch_size,
-                                 undirected=False, progress=args.progress)
+            out = encode_sampled(model, graph, seed=0, fanouts=fanouts, undirected=False, progress=args.progress,
+                                 batch_size=args.sample_batch_size or None)
             elapsed = time.perf_counter() - t0
             result.update(seconds=round(elapsed, 2), nodes_per_s=round(graph.num_nodes() / elapsed, 1))
-        result.update(fanouts=args.fanouts, sample_batch_size=args.sample_batch_size)
+        result.update(fanouts=args.fanouts, sample_batch_size=args.sample_batch_size or graph.num_nodes())
     # CPU seconds of all threads: with a busy machine, cpu_s / threads estimates the wall time of a quiet one.
     result["cpu_s"] = round(time.process_time() - c0, 1)
     result["peak_rss_gb"] = round(_rss_gb(), 3)
@@ -118,9 +119,9 @@ def main(argv=None) -> int:
     parser.add_argument("--modes", default="layerwise,sampled", help="comma-separated: layerwise, sampled")
     parser.add_argument("--chunk-edges", type=int, default=1 << 17)
     parser.add_argument("--fanouts", default="30,20,10,5")
-    parser.add_argument("--sample-batch-size", type=int, default=1024)
+    parser.add_argument("--sample-batch-size", type=int, default=0, help="seed nodes per batch (0: all in one)")
     parser.add_argument("--sampled-batches", type=int, default=4,
-                        help="time only this many sampled mini-batches and extrapolate (0: all)")
+                        help="with --sample-batch-size: time only this many mini-batches and extrapolate (0: all)")
     parser.add_argument("--quick", action="store_true", help="20,000 nodes, 60,000 edges, 4 layers")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", help="also write the results to this file")
@@ -154,9 +155,12 @@ def _format(r: dict) -> str:
             f"{r['layers']} x {r['dim']}, {r['threads']} threads: ")
     if "seconds_extrapolated" in r:
         time_part = (f"{r['seconds_timed']} s for {r['seeds_timed']:,} seeds -> {r['nodes_per_s']:,} nodes/s, "
-                     f"~{r['seconds_extrapolated']:,} s for all nodes (fan-outs {r['fanouts']})")
+                     f"~{r['seconds_extrapolated']:,} s for all nodes (fan-outs {r['fanouts']}, "
+                     f"{r['sample_batch_size']:,} seeds per batch)")
     else:
         time_part = f"{r['seconds']} s ({r['nodes_per_s']:,} nodes/s)"
+        if "fanouts" in r:
+            time_part += f" (fan-outs {r['fanouts']}, {r['sample_batch_size']:,} seeds per batch)"
     return (f"{head}{time_part}; CPU time {r['cpu_s']} s; peak RSS {r['peak_rss_gb']} GB "
             f"(before encoding {r['rss_before_gb']} GB)"
             f"{'' if r['finite'] else '; NON-FINITE OUTPUT'}")

@@ -159,7 +159,7 @@ def run_side(args) -> dict:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-4)
     rss_before = current_rss_mb()
-    seconds, graphs, losses = 0.0, 0, []
+    seconds, graphs, losses, per_step = 0.0, 0, [], []
     for step in range(args.warmup + args.steps):
         i = step % len(batches)
         start = clock()
@@ -168,14 +168,15 @@ def run_side(args) -> dict:
         loss.backward()
         optimizer.step()
         elapsed = clock() - start
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
         if step >= args.warmup:
             seconds += elapsed
+            per_step.append(round(elapsed, 4))
             graphs += len(data[i][0])
     return {"side": args.side, "graphs_per_s": graphs / seconds, "s_per_step": seconds / args.steps,
             "steps": args.steps, "graphs": graphs, "eval_loss_batch0": parity_loss,
             "first_loss": losses[0], "last_loss": losses[-1], "peak_rss_mb": peak_rss_mb(),
-            "rss_before_training_mb": rss_before, "threads": torch.get_num_threads(),
+            "rss_before_training_mb": rss_before, "step_seconds": per_step, "threads": torch.get_num_threads(),
             "nodes_per_batch": sum(d[1].shape[0] for d in data) / len(data), "distinct_batches": len(data)}
 
 
@@ -203,8 +204,9 @@ def report(args, results, argv, load_start) -> str:
         f"- model: {model}; train mode; AdamW (lr 5e-3, wd 1e-4); our backend: {args.backend or 'auto'}",
         f"- work per step: forward + gpse_dgl.nn.loss.gpse_loss (both sides) + backward + optimizer step; "
         f"batch {args.batch_size} embedded molecules (~{first['nodes_per_batch']:.0f} nodes), "
-        f"{args.steps} timed steps after {args.warmup} warm-up "
-        f"({first['distinct_batches']} distinct batches, cycled)",
+        f"{args.steps} timed steps after {args.warmup} warm-up"
+        + (f" ({first['distinct_batches']} distinct batches, cycled)"
+           if first["distinct_batches"] < args.warmup + args.steps else ""),
         "",
     ]
     rows = []

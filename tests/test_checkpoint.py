@@ -73,6 +73,7 @@ def test_pickled_objects_are_refused(tmp_path):
     assert "not a readable checkpoint" in one_line_error(path)
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")
 def test_garbage_and_truncated_files_raise_one_line(tmp_path):
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"this is not a checkpoint" * 10)

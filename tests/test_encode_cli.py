@@ -133,3 +133,14 @@ def test_default_checkpoint_is_named(tmp_path, checkpoint, capsys, monkeypatch):
     monkeypatch.setattr(loading, "default_checkpoint_path", lambda: tmp_path / "absent.pt")
     code, _, err = _run(["encode", "--smiles", str(smi), "--out", str(tmp_path / "o.bin")], capsys)
     assert code == 2 and "shipped default" in err and "--checkpoint" in err
+
+
+def test_bad_input_file_and_device(tmp_path, checkpoint, capsys):
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x00not a dgl file at all")
+    code, _, err = _run(["encode", "--input", str(junk), "--checkpoint", str(checkpoint), "--out",
+                         str(tmp_path / "o.bin")], capsys)
+    assert code == 2 and "not a DGL graph file" in err and "Traceback" not in err
+    code, _, err = _run(["encode", "--input", str(junk), "--checkpoint", str(checkpoint), "--out",
+                         str(tmp_path / "o.bin"), "--device", "nonsense"], capsys)
+    assert code == 2 and "not a torch device" in err

@@ -195,9 +195,13 @@ def test_stop_early_from_callback_still_evaluates_best(tmp_path, cache_dir):
     def stop(record):
         raise StopIteration
 
-    summary = run(tiny_recipe(tmp_path / "run", cache_dir, num_epochs=3), on_epoch_end=stop)
+    recipe = tiny_recipe(tmp_path / "run", cache_dir, num_epochs=3)
+    recipe["data"]["graph_target_scaling"] = "standardize"
+    summary = run(recipe, on_epoch_end=stop)
     assert summary["epochs_completed"] == 1 and summary["status"].startswith("stopped")
     assert summary["r2_table"][-1]["pse"] == "Overall"
+    scaling = load_pretrain_checkpoint(summary["paths"]["best_checkpoint"])["graph_target_scaling"]
+    assert scaling["mean"].shape == scaling["std"].shape == (11,)
 
 
 def test_cli_prints_where_outputs_went(tmp_path, cache_dir, capsys):
@@ -213,3 +217,57 @@ def test_cli_prints_where_outputs_went(tmp_path, cache_dir, capsys):
     assert f"best checkpoint:  {tmp_path / 'out' / 'best.pt'}" in out
     assert "metrics:" in out and "tensorboard logs:" in out
     assert "Overall" in out and "R^2 test" in out
+
+
+# ------------------------------------------------------------------ sources and target scaling
+
+
+FIXTURES = __import__("pathlib").Path(__file__).parent / "fixtures" / "datasets"
+
+
+def test_ogb_molecules_become_unique_skeletons(tmp_path):
+    import pandas as pd
+
+    from gpse_dgl.data.molecules import unique_skeleton_graphs
+
+    recipe = validate_recipe({"data": {"source": "ogbg-molhiv", "root": str(FIXTURES),
+                                       "cache_dir": str(tmp_path), "split": [0.6, 0.2, 0.2]}}, "test")
+    data = build_pretraining_data(recipe["data"], log=lambda m: None)
+    smiles = pd.read_csv(FIXTURES / "ogbg_molhiv" / "mapping" / "mol.csv.gz")["smiles"].tolist()
+    expected, stats = unique_skeleton_graphs(smiles)
+    assert data.info["source"] == "ogbg-molhiv" and data.info["kept"] == stats["kept"] == len(expected)
+    assert sum(len(part) for part in data.splits.values()) == len(expected)
+    expected_nodes = sorted(g.num_nodes() for g in expected)
+    assert sorted(n for part in data.splits.values() for n in part.num_nodes.tolist()) == expected_nodes
+
+
+def test_unique_structures_drops_repeats_and_trivial_graphs():
+    import dgl
+
+    from gpse_dgl.train.data import unique_structures
+
+    path = dgl.graph(([0, 1], [1, 2]))
+    relabelled_path = dgl.graph(([2, 0], [0, 1]))  # same path, other node numbering and direction
+    triangle = dgl.graph(([0, 1, 2], [1, 2, 0]))
+    single = dgl.graph(([], []), num_nodes=1)
+    no_edge = dgl.graph(([], []), num_nodes=2)
+    kept, stats = unique_structures([path, relabelled_path, triangle, single, no_edge])
+    assert [g.num_nodes() for g in kept] == [3, 3] and kept[1].num_edges() == 3
+    assert stats == {"total": 5, "too_small": 2, "duplicates": 1, "kept": 2}
+
+
+def test_standardized_graph_targets_use_training_statistics(cache_dir):
+    raw_recipe = tiny_recipe("unused", cache_dir)
+    scaled_recipe = copy.deepcopy(raw_recipe)
+    scaled_recipe["data"]["graph_target_scaling"] = "standardize"
+    raw = build_pretraining_data(raw_recipe["data"], log=lambda m: None)
+    scaled = build_pretraining_data(scaled_recipe["data"], log=lambda m: None)
+    assert raw.graph_target_scaling is None
+    mean, std = scaled.graph_target_scaling["mean"], scaled.graph_target_scaling["std"]
+    train = scaled.splits["train"].graph_targets
+    varying = raw.splits["train"].graph_targets.std(0) > 1e-8
+    assert torch.allclose(train.mean(0), torch.zeros_like(mean), atol=1e-5)
+    assert torch.allclose(train.std(0)[varying], torch.ones(int(varying.sum())), atol=1e-5)
+    for name in ("val", "test"):  # held-out graphs use the training split's statistics
+        restored = scaled.splits[name].graph_targets * std + mean
+        assert torch.allclose(restored, raw.splits[name].graph_targets, atol=1e-4)

@@ -31,6 +31,22 @@ def _silenced(name: str):
         logger.disabled = previous
 
 
+def _check_device(name: str):
+    """``torch.device(name)``, refusing devices this machine does not have with a usage error."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError):
+        raise click.BadParameter(f"{name!r} is not a torch device (e.g. cpu, cuda, cuda:1)",
+                                 param_hint="--device") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise click.BadParameter("CUDA is not available on this machine", param_hint="--device")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise click.BadParameter("MPS is not available on this machine", param_hint="--device")
+    return device
+
+
 def _load_graphs(dataset, input_path, smiles, root):
     """``(graphs, labels_dict, description)`` from exactly one of the three inputs."""
     import dgl
@@ -42,7 +58,13 @@ def _load_graphs(dataset, input_path, smiles, root):
         labels = {} if ds.labels is None else {"label": ds.labels}  # per graph, or per node (one graph)
         return list(ds.graphs), labels, f"dataset {ds.name} ({ds.task}-level)"
     if input_path is not None:
-        graphs, labels = dgl.load_graphs(str(input_path))
+        try:
+            graphs, labels = dgl.load_graphs(str(input_path))
+        except Exception as exc:  # noqa: BLE001 - DGL raises assorted errors for foreign files
+            from ..utils.errors import GPSEError
+
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise GPSEError(f"{input_path}: not a DGL graph file ({reason[:100]})") from None
         return graphs, dict(labels), f"{input_path}"
     from ..data.molecules import read_smiles_file, smiles_to_skeleton
 
@@ -81,7 +103,8 @@ def _load_graphs(dataset, input_path, smiles, root):
 @click.option("--device", default="cpu", show_default=True, help="torch device, e.g. cpu or cuda:0.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None,
               help="Graphs per forward pass (default 256); with --sampled: seed nodes per batch "
-                   "(default 1024).")
+                   "(default all in one: 20-layer sampled batches cover most of the graph, so each "
+                   "costs almost a full pass; the paper used 1024 on a GPU).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the random input features; a graph's encoding depends only on the graph, "
                    "the seed and the model.")
@@ -118,9 +141,10 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
         raise click.UsageError("--fanouts only applies with --sampled")
 
     import dgl
-    import torch
 
     from ..encode import describe_checkpoint, encode_dataset, load_gpse
+
+    device = _check_device(device)
 
     with _silenced("gpse_dgl.encode"):  # the line below says the same, once
         model = load_gpse(checkpoint, device=device)
@@ -140,6 +164,8 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     elapsed = max(time.perf_counter() - start, 1e-9)
 
     dgl.save_graphs(str(out_path), graphs, labels or None)
-    rate = (f"{len(graphs) / elapsed:,.1f} graphs/s, " if len(graphs) > 1 else "") + f"{num_nodes / elapsed:,.0f} nodes/s"
+    rate = f"{num_nodes / elapsed:,.0f} nodes/s"
+    if len(graphs) > 1:
+        rate = f"{len(graphs) / elapsed:,.1f} graphs/s, {rate}"
     click.echo(f"encoded {len(graphs)} graph(s), {num_nodes} nodes in {elapsed:.2f} s ({rate}) "
-               f"on {torch.device(device)}; wrote {out_path} (ndata['gpse'])", err=True)
+               f"on {device}; wrote {out_path} (ndata['gpse'])", err=True)

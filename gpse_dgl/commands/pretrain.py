@@ -1,7 +1,15 @@
 """``gpse-dgl pretrain RECIPE``: pretrain GPSE as a YAML recipe says."""
 from __future__ import annotations
 
+import re
+
 import click
+
+
+def _check_device(ctx, param, value):
+    if value is not None and not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
+        raise click.BadParameter(f"expected auto, cpu, cuda, cuda:N or mps, got {value!r}")
+    return value
 
 
 @click.command("pretrain")
@@ -12,7 +20,7 @@ import click
 @click.option("--resume", is_flag=True, help="Continue the run in the output directory from its last "
                                             "checkpoint (last.pt).")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in the output directory.")
-@click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps",
+@click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps", callback=_check_device,
               help="Device to train on (overrides the recipe's `device`).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output directory (overrides general_pipeline.save_path).")

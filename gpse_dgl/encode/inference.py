@@ -217,7 +217,7 @@ def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: in
 
 
 def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
-                   samples: int = 1, fanouts: Sequence[int] = DEFAULT_FANOUTS, batch_size: int = 1024,
+                   samples: int = 1, fanouts: Sequence[int] = DEFAULT_FANOUTS, batch_size: int | None = None,
                    device=None, undirected: bool = True, nodes: torch.Tensor | None = None,
                    progress: bool = False) -> torch.Tensor:
     """Approximate encodings from neighbour-sampled computation graphs (DGL's MultiLayerNeighborSampler).
@@ -228,8 +228,9 @@ def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: 
     encodings are approximations, exact only when every fan-out covers the largest in-degree (the
     virtual node's: the graph's node count) or is ``-1``; see :mod:`gpse_dgl.encode.large_graph`.
     ``seed`` also seeds the neighbour sampling (draw ``k`` with ``derive_seed(seed, k)``).
-    ``batch_size`` is the number of seed nodes per mini-batch; ``nodes`` restricts the encoding to these
-    nodes (rows of the result follow ``nodes``). Other parameters as in :func:`encode`.
+    ``batch_size`` is the number of seed nodes per mini-batch (default: all in one, the cheapest on a
+    CPU; the paper used 1,024 on a GPU); ``nodes`` restricts the encoding to these nodes (rows of the
+    result follow ``nodes``). Other parameters as in :func:`encode`.
 
     Examples
     --------
@@ -274,7 +275,7 @@ def _batches(graphs: list, batch_size: int, device, dim: int, max_forward_bytes:
 def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256, seed: int | None = 0,
                    samples: int = 1, progress: bool = True, device=None, undirected: bool = True,
                    store: str | None = None, sampled: bool = False, fanouts: Sequence[int] | None = None,
-                   sample_batch_size: int = 1024, max_forward_bytes: int = MAX_FORWARD_BYTES,
+                   sample_batch_size: int | None = None, max_forward_bytes: int = MAX_FORWARD_BYTES,
                    chunk_edges: int = DEFAULT_CHUNK_EDGES) -> list:
     """GPSE encodings of every graph of a dataset, batched.
 
@@ -296,8 +297,8 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
         Encode each graph with :func:`encode_sampled` (meant for large single graphs) instead of exactly.
     fanouts : sequence of int, optional
         Fan-outs for ``sampled`` (default ``(30, 20, 10, 5)``).
-    sample_batch_size : int
-        Seed nodes per mini-batch for ``sampled``.
+    sample_batch_size : int, optional
+        Seed nodes per mini-batch for ``sampled`` (default: all nodes of a graph in one).
     chunk_edges : int
         Memory bound of layer-wise inference for large graphs (see :func:`encode_large`).
 

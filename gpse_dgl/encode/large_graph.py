@@ -22,6 +22,13 @@ Neighbour-sampled inference (:func:`sampled_forward`)
     sampled in-neighbours instead of the whole graph. Because GPSE aggregates with a *sum*, sampled
     encodings are an approximation whose quality falls with the fraction of neighbours dropped; they are
     exact when every fan-out is at least the largest in-degree (the virtual node's: N) or ``-1``.
+    Cost: with 20 layers the sampled computation graph of a mini-batch covers almost every node after
+    two or three hops, so each mini-batch costs nearly a full-graph pass (with fewer edges). On an
+    arXiv-size graph the paper's 1,024 seeds per batch (chosen for GPU memory) mean ~165 such passes,
+    hours on a CPU. The default is therefore one mini-batch holding every seed: one pass over graphs
+    with at most ``fanouts[k]`` in-edges per node at hop ``k`` (one sampled neighbourhood per layer,
+    shared by all seeds). That is cheaper than exact inference on dense graphs such as ogbn-proteins
+    (~600 edges per node); give a ``batch_size`` to bound memory instead.
 
 Example
 -------
@@ -50,7 +57,8 @@ from .functional import EncoderWeights, gated_conv, layer_update
 __all__ = ["DEFAULT_CHUNK_EDGES", "DEFAULT_FANOUTS", "virtual_node_edges", "layerwise_forward",
            "expand_fanouts", "sampled_forward"]
 
-# Gate temporaries are chunk_edges x d float32: 131,072 x 512 x 4 B = 256 MiB.
+# Most in-edges per destination chunk. On the CPU the gates are computed in cache-sized pieces anyway
+# (gpse_dgl.nn.ops.gated_sum); elsewhere one chunk's gates are chunk_edges x d floats (256 MiB at d = 512).
 DEFAULT_CHUNK_EDGES = 1 << 17
 # Destination nodes per chunk bound the key/skip/aggregate temporaries (3 x nodes x d floats).
 MAX_CHUNK_NODES = 1 << 15
@@ -136,7 +144,8 @@ def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
     x : Tensor
         ``(g.num_nodes(), weights.dim_in)`` random input features, on the compute device.
     chunk_edges : int
-        Most edges whose gates are held at once (memory: ``chunk_edges x d`` floats).
+        Most in-edges per destination chunk (on non-CPU devices also the most gates held at once,
+        ``chunk_edges x d`` floats).
     progress : bool
         Show a progress bar over layers.
 
@@ -185,7 +194,7 @@ def expand_fanouts(fanouts, num_layers: int) -> list:
 
 @torch.no_grad()
 def sampled_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
-                    fanouts=DEFAULT_FANOUTS, batch_size: int = 1024, seed: int | None = 0,
+                    fanouts=DEFAULT_FANOUTS, batch_size: int | None = None, seed: int | None = 0,
                     nodes: torch.Tensor | None = None, progress: bool = False) -> torch.Tensor:
     """Approximate GPSE encodings from neighbour-sampled computation graphs (see the module docstring).
 
@@ -200,8 +209,8 @@ def sampled_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
     fanouts : sequence of int
         In-neighbours sampled per node, nearest hop (last layer) first, last value repeated for the
         remaining layers; ``-1`` takes all neighbours.
-    batch_size : int
-        Seed nodes per sampled mini-batch.
+    batch_size : int, optional
+        Seed nodes per sampled mini-batch; default all of them in one (see the module docstring).
     seed : int or None
         Seeds DGL's sampling RNG (``dgl.seed``, process-wide) for reproducible neighbourhoods.
     nodes : LongTensor, optional
@@ -220,6 +229,9 @@ def sampled_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
         raise ValueError(f"nodes must be in [0, {n})")
     if torch.unique(nodes).numel() != nodes.numel():
         raise ValueError("nodes must not repeat")
+    batch_size = max(1, len(nodes)) if batch_size is None else int(batch_size)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     src, dst, total = virtual_node_edges(g, weights.virtual_node)
     graph = dgl.graph((src, dst), num_nodes=total)
     del src, dst
