@@ -97,6 +97,27 @@ def load_pretrain_checkpoint(path: str | os.PathLike, map_location: str | torch.
     return payload
 
 
+def export_inference_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Write a small copy of pretraining checkpoint ``src`` for inference only.
+
+    Keeps the format tag, ``model_state``, ``model_config``, the target names, the recipe and the
+    best epoch's metrics (provenance); drops the optimiser, scheduler and RNG states, which are only
+    needed to resume training. This is how ``gpse_dgl/assets/gpse_quickstart.pt`` is made::
+
+        python -c "from gpse_dgl.train.checkpoint import export_inference_checkpoint as e; \\
+                   e('runs/quickstart/best.pt', 'gpse_dgl/assets/gpse_quickstart.pt')"
+    """
+    payload = load_pretrain_checkpoint(src)
+    keep = ("format", "format_version", "model_state", "model_config", "node_targets", "graph_targets",
+            "recipe", "epoch", "best_metric", "best_epoch")
+    small = {key: payload[key] for key in keep if key in payload}
+    history = payload.get("history") or []
+    best = [h for h in history if h.get("epoch") == payload.get("best_epoch")]
+    if best:
+        small["best_epoch_metrics"] = best[-1]
+    return save_checkpoint(dst, small)
+
+
 # ----------------------------------------------------------------------------------------------
 # random number generator states as plain containers
 
