@@ -253,11 +253,28 @@ def _parse_override(item: str, source: str) -> tuple[list[str], Any]:
 
 
 def validate_recipe(raw: Mapping[str, Any], source: str = "<recipe>",
-                    schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
-    """Check ``raw`` against ``schema``; return a new plain dict with every default filled in."""
+                    schema: Mapping[str, Any] = PRETRAIN_SCHEMA,
+                    cross_check: Callable[[dict, Mapping[str, Any], str], None] | None = None) -> dict:
+    """Check ``raw`` against ``schema``; return a new plain dict with every default filled in.
+
+    ``cross_check(recipe, raw, source)`` then checks constraints between keys (raising
+    :class:`RecipeError`); by default the pretraining constraints when ``schema`` is
+    :data:`PRETRAIN_SCHEMA`, none otherwise.
+    """
     recipe = _validate_section(raw, schema, source, prefix="")
-    _check_cross_field(recipe, raw, source)
+    if cross_check is None and schema is PRETRAIN_SCHEMA:
+        cross_check = _check_cross_field
+    if cross_check is not None:
+        cross_check(recipe, raw, source)
     return recipe
+
+
+def key_origin(raw: Mapping[str, Any], dotted_key: str) -> str:
+    """How to name ``dotted_key`` in an error: ``--set KEY`` if its value came from an override."""
+    node: Any = raw
+    for part in dotted_key.split("."):
+        node = node.get(part) if isinstance(node, Mapping) else None
+    return f"--set {node.key}" if isinstance(node, _Override) else dotted_key
 
 
 def default_recipe(schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
@@ -387,8 +404,7 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
 
 
 def _where(raw: Mapping[str, Any], section: str, key: str) -> str:
-    value = (raw.get(section) or {}).get(key) if isinstance(raw.get(section), Mapping) else None
-    return f"--set {value.key}" if isinstance(value, _Override) else f"{section}.{key}"
+    return key_origin(raw, f"{section}.{key}")
 
 
 def _known_pse_names() -> tuple[tuple[str, ...], tuple[str, ...]]:

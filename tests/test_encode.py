@@ -11,7 +11,7 @@ import dgl
 
 from gpse_dgl.encode import encode, encode_dataset, load_gpse
 from gpse_dgl.encode import loading
-from gpse_dgl.encode.graphs import as_simple_undirected, derive_seed, is_simple_undirected
+from gpse_dgl.encode.graphs import as_simple_undirected, sample_seed, is_simple_undirected
 from gpse_dgl.nn.gpse import GPSE, GPSEForPretraining
 from gpse_dgl.nn.pyg_compat import to_authors_state_dict
 from gpse_dgl.utils.errors import CheckpointError
@@ -208,7 +208,7 @@ def test_seeds_samples_and_given_features():
     assert (a - b).abs().max() > 1e-3
     assert not torch.equal(encode(model, g, seed=None), encode(model, g, seed=None))
     mean = encode(model, g, seed=5, samples=3)
-    manual = torch.stack([encode(model, g, seed=derive_seed(5, k)) for k in range(3)]).mean(0)
+    manual = torch.stack([encode(model, g, seed=sample_seed(5, k)) for k in range(3)]).mean(0)
     torch.testing.assert_close(mean, manual, rtol=0, atol=1e-6)
     torch.testing.assert_close(encode(model, g, seed=5, samples=1), encode(model, g, seed=5), rtol=0, atol=0)
     x = torch.randn(g.num_nodes(), model.dim_in)

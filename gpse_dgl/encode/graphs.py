@@ -7,7 +7,7 @@ is encoded: edges are symmetrised, self-loops and duplicate edges dropped, exact
 every molecule skeleton, are returned unchanged (same object, same edge order).
 
 Random input features are drawn per graph from a generator seeded by ``(seed, structure key)``
-(:func:`gpse_dgl.nn.random_features.random_node_features`); :func:`derive_seed` gives the seeds of
+(:func:`gpse_dgl.nn.random_features.random_node_features`); :func:`sample_seed` gives the seeds of
 further draws when several are averaged.
 
 Example
@@ -30,7 +30,7 @@ import dgl
 
 from ..utils.graph import simple_edges
 
-__all__ = ["is_simple_undirected", "as_simple_undirected", "derive_seed"]
+__all__ = ["is_simple_undirected", "as_simple_undirected", "sample_seed"]
 
 _KEY_MASK = (1 << 63) - 1
 
@@ -113,16 +113,16 @@ def as_simple_undirected(g: dgl.DGLGraph) -> dgl.DGLGraph:
     return out
 
 
-def derive_seed(seed: int, sample: int) -> int:
+def sample_seed(seed: int, sample: int) -> int:
     """Seed of the ``sample``-th draw of random features: ``seed`` itself for draw 0, a hash otherwise.
 
     Draw 0 keeps the caller's seed so ``samples=1`` equals a plain call with that seed.
 
     Examples
     --------
-    >>> derive_seed(7, 0)
+    >>> sample_seed(7, 0)
     7
-    >>> derive_seed(7, 1) != derive_seed(7, 2)
+    >>> sample_seed(7, 1) != sample_seed(7, 2)
     True
     """
     if sample == 0:

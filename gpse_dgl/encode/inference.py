@@ -13,7 +13,7 @@
   (:func:`~gpse_dgl.nn.random_features.random_node_features`), so a graph's encoding does not depend on
   the batch it is in, the batch size, the dataset order or the device. ``seed=None`` draws fresh
   features every call (the reference behaviour). ``samples=K`` averages the encodings of ``K``
-  independent draws (draw ``k`` uses :func:`~gpse_dgl.encode.graphs.derive_seed`); the average of unit
+  independent draws (draw ``k`` uses :func:`~gpse_dgl.encode.graphs.sample_seed`); the average of unit
   vectors is not renormalised.
 * **Large graphs.** A batch whose plain forward would need more than ``max_forward_bytes`` of
   activations is encoded layer by layer instead (:func:`~gpse_dgl.encode.large_graph.layerwise_forward`,
@@ -43,7 +43,7 @@ from .. import _env  # noqa: F401
 import dgl
 
 from .functional import EncoderWeights
-from .graphs import as_simple_undirected, derive_seed
+from .graphs import as_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
 
 __all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "MAX_FORWARD_BYTES"]
@@ -107,7 +107,7 @@ def _draws(encoder, g, x, seed, samples, device):
         yield x.to(device=device, dtype=torch.float32)
         return
     for k in range(samples):
-        sub_seed = None if seed is None else derive_seed(seed, k)
+        sub_seed = None if seed is None else sample_seed(seed, k)
         yield random_node_features(g, encoder.dim_in, seed=sub_seed, device=device)
 
 
@@ -227,7 +227,7 @@ def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: 
     The virtual node is sampled like any neighbour and aggregates only its sampled in-neighbours, so
     encodings are approximations, exact only when every fan-out covers the largest in-degree (the
     virtual node's: the graph's node count) or is ``-1``; see :mod:`gpse_dgl.encode.large_graph`.
-    ``seed`` also seeds the neighbour sampling (draw ``k`` with ``derive_seed(seed, k)``).
+    ``seed`` also seeds the neighbour sampling (draw ``k`` with ``sample_seed(seed, k)``).
     ``batch_size`` is the number of seed nodes per mini-batch (default: all in one, the cheapest on a
     CPU; the paper used 1,024 on a GPU); ``nodes`` restricts the encoding to these nodes (rows of the
     result follow ``nodes``). Other parameters as in :func:`encode`.
@@ -249,7 +249,7 @@ def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: 
         draws = _draws(encoder, prepared, x, seed, samples, device)
         return _average(
             sampled_forward(weights, prepared, xk, fanouts=fanouts, batch_size=batch_size,
-                            seed=None if seed is None else derive_seed(seed, k), nodes=nodes,
+                            seed=None if seed is None else sample_seed(seed, k), nodes=nodes,
                             progress=progress).cpu()
             for k, xk in enumerate(draws))
 

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..utils.errors import CheckpointError
+from .runtime import first_line
 
 FORMAT = "gpse-dgl-pretrain"
 FORMAT_VERSION = 1
@@ -75,7 +76,7 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - the unpickler fails in many ways on foreign bytes
-        raise CheckpointError(f"{path}: not a readable checkpoint ({_first_line(exc)})") from None
+        raise CheckpointError(f"{path}: not a readable checkpoint ({first_line(exc)})") from None
     if not isinstance(payload, dict):
         raise CheckpointError(f"{path}: not a checkpoint (holds a {type(payload).__name__}, "
                               f"expected a dict)")
@@ -172,7 +173,3 @@ def _check_plain(value: Any, where: str) -> None:
     raise TypeError(f"{where}: a {type(value).__name__} cannot be stored in a weights-only checkpoint")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else type(exc).__name__
-    return line if len(line) <= 120 else line[:117] + "..."

@@ -47,12 +47,10 @@ Example
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import inspect
 import json
 import math
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -68,7 +66,8 @@ from ..recipes import dump_recipe
 from ..utils.errors import CheckpointError, RecipeError
 from . import checkpoint as ckpt
 from .metrics import HIGHER_IS_BETTER, score
-from .pretrain import derive_seed, resolve_device
+from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
+                      tqdm_write, write_json)
 
 __all__ = ["train_downstream", "TaskSpec", "task_spec", "build_downstream_model", "model_from_config",
            "compute_loss", "RunPlan", "plan_runs", "summarize", "format_summary", "FORMAT"]
@@ -318,7 +317,7 @@ def model_from_config(config: dict) -> torch.nn.Module:
     try:
         return build_model(config["name"], **kwargs)
     except ValueError as exc:  # e.g. dim_pe >= dim_hidden, heads not dividing the width
-        raise RecipeError(f"model: {_first_line(exc)}") from None
+        raise RecipeError(f"model: {first_line(exc)}") from None
 
 
 def _constructor_options(cls) -> set:
@@ -469,12 +468,12 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
         ``summary`` (``{split: {"mean", "std", "values"}}``), ``paths``, ``wall_time_seconds``, ``recipe``.
     """
     started = time.perf_counter()
-    say = log or (_tqdm_write if progress else (lambda message: None))
+    say = log or (tqdm_write if progress else (lambda message: None))
     general = recipe["general_pipeline"]
     root = Path(general["save_path"])
     _check_job_directory(root, resume, overwrite)
     seed_list = _seed_list(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
-    with _torch_threads(general["num_threads"]):
+    with torch_threads(general["num_threads"]):
         device = resolve_device(recipe["device"])
         prepared = prepare_data(recipe, dataset, device, progress, say)
         say(f"data: {_describe(prepared)}")
@@ -487,7 +486,7 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
                                       on_epoch_end, f"run {index + 1}/{len(plans)} {plan.name}")
             results.append(result)
         summary = _job_summary(recipe, prepared, results, model_info, root, started)
-    _write_json(root / "results.json", summary)
+    write_json(root / "results.json", summary)
     return summary
 
 
@@ -529,7 +528,7 @@ def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resum
     trainer = _Trainer(recipe, prepared, plan, model, config, optimizer, scheduler, device, run_dir)
     status = trainer.fit(state, progress, title, on_epoch_end)
     result = _run_result(plan, state, status)
-    _write_json(finished, result)
+    write_json(finished, result)
     say(f"{title}: {_result_line(result, prepared.spec)}")
     return result, info
 
@@ -592,7 +591,7 @@ class _Trainer:
         limit = self.general["time_limit_minutes"]
         status = "complete"
         writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=state.epoch + 1)
-        bar = _progress(range(state.epoch, num_epochs), progress, desc=title, unit="epoch", leave=False,
+        bar = progress_bar(range(state.epoch, num_epochs), progress, desc=title, unit="epoch", leave=False,
                         total=num_epochs, initial=state.epoch)
         try:
             for epoch in bar:
@@ -902,14 +901,14 @@ def _payload(model, optimizer, scheduler, recipe, plan: RunPlan, config, state: 
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "model_state": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        "model_config": _plain(config),
+        "model_config": json_safe(config),
         "optimizer_state": optimizer.state_dict(),
-        "scheduler_state": _plain(scheduler.state_dict()),
+        "scheduler_state": json_safe(scheduler.state_dict()),
         "rng_state": ckpt.capture_rng_state(),
         "recipe": recipe,
         "run": {"seed": plan.seed, "repeat": plan.repeat, "fold": plan.fold},
         "epoch": state.epoch, "best_epoch": state.best_epoch,
-        "best": _plain(state.best), "history": _plain(state.history),
+        "best": json_safe(state.best), "history": json_safe(state.history),
     }
 
 
@@ -930,7 +929,7 @@ def _restore(path: Path, recipe, plan: RunPlan, config, model, optimizer, schedu
         scheduler.load_state_dict(payload["scheduler_state"])
         ckpt.restore_rng_state(payload["rng_state"])
     except (KeyError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot resume from it ({_first_line(exc)})") from None
+        raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None
     best = {k: (math.nan if v is None else v) for k, v in dict(payload["best"]).items()}
     history = [_restore_nan(r) for r in payload["history"]]
     return RunState(int(payload["epoch"]), int(payload["best_epoch"]), best, history)
@@ -1018,59 +1017,9 @@ def _postfix(record: dict, spec: TaskSpec) -> str:
 # small utilities
 
 
-def _plain(value):
-    """NaN/inf -> None, tuples -> lists, numpy scalars -> Python (JSON and weights-only friendly)."""
-    if isinstance(value, dict):
-        return {str(k) if not isinstance(k, int) else k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, (np.floating, np.integer)):
-        return _plain(value.item())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def _restore_nan(record):
     if isinstance(record, dict):
         return {k: (math.nan if v is None and k in ("loss", "metric") else _restore_nan(v)) for k, v in record.items()}
     return record
 
 
-def _write_json(path: Path, value) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(_plain(value), indent=1, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
-
-
-def _progress(iterable, enabled: bool, **kwargs):
-    if not enabled:
-        return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, dynamic_ncols=True, **kwargs)
-
-
-def _tqdm_write(message: str) -> None:
-    from tqdm.auto import tqdm
-
-    tqdm.write(message)
-
-
-@contextlib.contextmanager
-def _torch_threads(num_threads: int | None):
-    if num_threads is None:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)

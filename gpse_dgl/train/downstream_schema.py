@@ -27,8 +27,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping
 
-from .. import recipes
-from ..recipes import Field, apply_overrides, read_recipe_file
+
+from ..recipes import Field, apply_overrides, key_origin, read_recipe_file, validate_recipe
 from ..utils.errors import RecipeError
 
 __all__ = ["DOWNSTREAM_SCHEMA", "PE_SOURCES", "load_downstream_recipe", "validate_downstream_recipe",
@@ -198,12 +198,7 @@ def load_downstream_recipe(path: str | os.PathLike, overrides: Iterable[str] = (
 
 def validate_downstream_recipe(raw: Mapping[str, Any], source: str = "<recipe>") -> dict:
     """Check ``raw`` against :data:`DOWNSTREAM_SCHEMA`; return a plain dict with every default filled in."""
-    # recipes.validate_recipe always runs the *pretraining* cross-field checks, which read keys this
-    # schema does not have; so validate the sections with the shared machinery and check our own
-    # constraints here.
-    recipe = recipes._validate_section(raw, DOWNSTREAM_SCHEMA, source, prefix="")
-    _check_cross_field(recipe, raw, source)
-    return recipe
+    return validate_recipe(raw, source, DOWNSTREAM_SCHEMA, cross_check=_check_cross_field)
 
 
 def default_downstream_recipe() -> dict:
@@ -231,11 +226,7 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
 
 def _where(raw: Mapping[str, Any], dotted: str) -> str:
     """``dotted`` or ``--set dotted`` when the value came from an override."""
-    node: Any = raw
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, Mapping) else None
-    override = getattr(recipes, "_Override", None)
-    return f"--set {dotted}" if override is not None and isinstance(node, override) else dotted
+    return key_origin(raw, dotted)
 
 
 def _dataset_known(name: str) -> bool:

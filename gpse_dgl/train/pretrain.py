@@ -20,25 +20,22 @@ uninterrupted one (on the same device and thread count); a kill mid-epoch loses 
 """
 from __future__ import annotations
 
-import contextlib
-import json
 import math
-import os
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
 import torch
 
 from .. import _env  # noqa: F401
 from ..recipes import dump_recipe
-from ..utils.errors import CheckpointError, RecipeError
+from ..utils.errors import CheckpointError
 from . import checkpoint as ckpt
 from .data import PretrainingData, build_pretraining_data, describe_sizes
 from .metrics import R2Accumulator
+from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
+                      tqdm_write, write_json)
 
 
 @dataclass(frozen=True)
@@ -102,11 +99,11 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
         checkpoint is then evaluated as usual). Any other exception aborts the run.
     """
     started = time.perf_counter()
-    log = log or (_tqdm_write if progress else (lambda message: None))
+    log = log or (tqdm_write if progress else (lambda message: None))
     general = recipe["general_pipeline"]
     paths = RunPaths(Path(general["save_path"]))
     _check_run_directory(paths, resume, overwrite)
-    with _torch_threads(general["num_threads"]):
+    with torch_threads(general["num_threads"]):
         return _run(recipe, paths, resume, progress, log, started, on_epoch_end)
 
 
@@ -148,19 +145,6 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
 
 # ----------------------------------------------------------------------------------------------
 # building blocks
-
-
-def resolve_device(name: str) -> torch.device:
-    """``"auto"`` -> cuda when available, else cpu; other names are checked to exist."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RecipeError(f"device: {name!r} requested but CUDA is not available here")
-    if device.type == "mps" and not (getattr(torch.backends, "mps", None)
-                                     and torch.backends.mps.is_available()):
-        raise RecipeError(f"device: {name!r} requested but MPS is not available here")
-    return device
 
 
 def model_config_from_recipe(model_recipe: dict, data: PretrainingData) -> dict:
@@ -209,13 +193,6 @@ def build_scheduler(optimizer: torch.optim.Optimizer, general: dict, steps_per_e
 
     factor = cosine_with_warmup if schedule["name"] == "cosine_with_warmup" else (lambda tick: 1.0)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def derive_seed(seed: int, *keys) -> int:
-    """A 63-bit seed determined by ``seed`` and ``keys`` (ints or strings), independent streams."""
-    words = [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF]
-    words += [zlib.crc32(str(k).encode()) if not isinstance(k, int) else k & 0xFFFFFFFF for k in keys]
-    return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
 def training_features(graph, dim: int, generator: torch.Generator) -> torch.Tensor:
@@ -271,7 +248,7 @@ class _Run:
     def train_epochs(self, on_epoch_end) -> str:
         """Train up to ``num_epochs``; return why training stopped."""
         num_epochs, limit = self.general["num_epochs"], self.general["time_limit_minutes"]
-        bar = _progress_bar(range(self.state.epoch, num_epochs), self.progress, desc="epochs",
+        bar = progress_bar(range(self.state.epoch, num_epochs), self.progress, desc="epochs",
                             unit="epoch", initial=self.state.epoch, total=num_epochs)
         eval_seconds = 0.0  # duration of the latest validation, to budget the evaluations to come
         for epoch in bar:
@@ -314,7 +291,7 @@ class _Run:
         first_step = epoch * self.steps_per_epoch
         self.model.train()
         totals: dict[str, float] = {}
-        bar = _progress_bar(train.batches(batch_size, order, shuffle=True), self.progress,
+        bar = progress_bar(train.batches(batch_size, order, shuffle=True), self.progress,
                             desc=f"epoch {epoch + 1}", unit="batch", total=self.steps_per_epoch,
                             leave=False)
         for step, (graph, node_true, graph_true) in enumerate(bar):
@@ -379,7 +356,7 @@ class _Run:
             "epoch": state.epoch,
             "best_metric": state.best_metric,
             "best_epoch": state.best_epoch,
-            "history": _json_safe(state.history),
+            "history": json_safe(state.history),
             "node_targets": list(data.node_names),
             "graph_targets": list(data.graph_names),
             # graph head outputs are z-scores when set: raw value = output * std + mean
@@ -472,7 +449,7 @@ def _restore(path: Path, recipe, model_config, model, optimizer, scheduler) -> T
         scheduler.load_state_dict(payload["scheduler_state"])
         ckpt.restore_rng_state(payload["rng_state"])
     except (KeyError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot resume from it ({_first_line(exc)})") from None
+        raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None
     return TrainState(int(payload["epoch"]), float(payload["best_metric"]), int(payload["best_epoch"]),
                       list(payload["history"]))
 
@@ -544,10 +521,7 @@ def _drop_columns(report: dict | None) -> dict | None:
 
 
 def _write_metrics(paths: RunPaths, summary: dict) -> None:
-    paths.root.mkdir(parents=True, exist_ok=True)
-    tmp = paths.metrics.with_name(paths.metrics.name + ".tmp")
-    tmp.write_text(json.dumps(_json_safe(summary), indent=1, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, paths.metrics)
+    write_json(paths.metrics, summary)
 
 
 def _log_epoch(writer, record: dict, global_step: int) -> None:
@@ -578,53 +552,6 @@ def _epoch_line(record: dict, state: TrainState) -> str:
 
 def _fmt(value) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}"
-
-
-def _json_safe(value):
-    """NaN/inf -> None, tensors -> lists, tuples -> lists (JSON and weights-only friendly)."""
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if isinstance(value, torch.Tensor):
-        return _json_safe(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, (np.floating, np.integer)):
-        return _json_safe(value.item())
-    return value
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
-
-
-def _progress_bar(iterable, enabled: bool, **kwargs):
-    if not enabled:
-        return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, dynamic_ncols=True, **kwargs)
-
-
-def _tqdm_write(message: str) -> None:
-    from tqdm.auto import tqdm
-
-    tqdm.write(message)
-
-
-@contextlib.contextmanager
-def _torch_threads(num_threads: int | None):
-    if num_threads is None:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(num_threads)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 __all__ = ["pretrain", "evaluate", "RunPaths", "TrainState", "build_model", "build_optimizer",

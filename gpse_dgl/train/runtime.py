@@ -1,0 +1,103 @@
+"""Small run-time helpers shared by the pretraining and downstream training loops.
+
+Devices, seeds, thread counts, progress output and JSON files: nothing here knows about models.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import zlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..utils.errors import RecipeError
+
+__all__ = ["resolve_device", "derive_seed", "torch_threads", "progress_bar", "tqdm_write", "first_line",
+           "json_safe", "write_json"]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> cuda when available, else cpu; other names are checked to exist."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise RecipeError(f"device: {name!r} requested but CUDA is not available here")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None)
+                                     and torch.backends.mps.is_available()):
+        raise RecipeError(f"device: {name!r} requested but MPS is not available here")
+    return device
+
+
+def derive_seed(seed: int, *keys) -> int:
+    """A 63-bit seed determined by ``seed`` and ``keys`` (ints or strings), independent streams."""
+    words = [seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF]
+    words += [zlib.crc32(str(k).encode()) if not isinstance(k, int) else k & 0xFFFFFFFF for k in keys]
+    return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+@contextlib.contextmanager
+def torch_threads(num_threads: int | None):
+    """Run the block with ``num_threads`` torch CPU threads (``None``: leave the setting alone)."""
+    if num_threads is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def progress_bar(iterable, enabled: bool, **kwargs):
+    """A tqdm bar over ``iterable`` when ``enabled``, else ``iterable`` itself."""
+    if not enabled:
+        return iterable
+    from tqdm.auto import tqdm
+
+    return tqdm(iterable, dynamic_ncols=True, **kwargs)
+
+
+def tqdm_write(message: str) -> None:
+    """Print a line without breaking an active progress bar."""
+    from tqdm.auto import tqdm
+
+    tqdm.write(message)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type name when empty), at most 160 characters."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
+
+
+def json_safe(value):
+    """NaN/inf -> None, tensors and tuples -> lists, numpy scalars -> Python; int keys are kept.
+
+    The result is valid strict JSON and loads under ``torch.load(weights_only=True)``.
+    """
+    if isinstance(value, dict):
+        return {k if isinstance(k, int) else str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, torch.Tensor):
+        return json_safe(value.tolist())
+    if isinstance(value, (np.floating, np.integer)):
+        return json_safe(value.item())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(path: str | os.PathLike, value) -> None:
+    """Write ``json_safe(value)`` to ``path`` atomically (temporary file, then ``os.replace``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(json_safe(value), indent=1, allow_nan=False), encoding="utf-8")
+    os.replace(tmp, path)
