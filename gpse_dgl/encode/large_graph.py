@@ -42,6 +42,8 @@ torch.Size([3, 8])
 """
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass
 
 import warnings
@@ -242,6 +244,30 @@ def sampled_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
         dgl.seed(int(seed))
     loader = dgl.dataloading.DataLoader(graph, nodes, sampler, batch_size=batch_size, shuffle=False,
                                         drop_last=False)
+    with _single_threaded_sampling(seed is not None):
+        return _sampled_batches(weights, loader, x, total, n, nodes, progress)
+
+
+@contextlib.contextmanager
+def _single_threaded_sampling(enabled: bool):
+    """Run DGL's C++ sampler on one thread while ``enabled``.
+
+    DGL samples the seed nodes of a batch in parallel with per-thread random streams, so with several
+    OpenMP threads the neighbourhoods drawn depend on thread scheduling even after ``dgl.seed``; one
+    thread makes a seeded run reproducible.
+    """
+    if not enabled:
+        yield
+        return
+    previous = dgl.utils.get_num_threads()
+    dgl.utils.set_num_threads(1)
+    try:
+        yield
+    finally:
+        dgl.utils.set_num_threads(previous)
+
+
+def _sampled_batches(weights, loader, x, total, n, nodes, progress):
     x_all = torch.cat([x, x.new_zeros(total - n, x.shape[1])])
     out = x.new_empty(len(nodes), weights.dim)
     bar = _progress(None, progress, total=len(nodes), desc="GPSE sampled", unit="node", leave=False)
