@@ -29,7 +29,7 @@ from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["save_graphs_cached", "load_graphs_cached", "fingerprint_of", "CACHE_FORMAT"]
+__all__ = ["save_graphs_cached", "load_graphs_cached", "fingerprint_of", "file_sha256", "CACHE_FORMAT"]
 
 CACHE_FORMAT = 1  # bump when the layout of cached graphs/labels changes
 
@@ -38,7 +38,8 @@ def _sidecar(path: Path) -> Path:
     return path.with_name(path.name + ".meta.json")
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path) -> str:
+    """Hex SHA-256 of a file's bytes, read in 4 MiB blocks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 22), b""):
@@ -117,7 +118,7 @@ def save_graphs_cached(path, graphs: list, labels: dict[str, torch.Tensor] | Non
         dgl.save_graphs(str(tmp), list(graphs), dict(labels or {}))
         os.replace(tmp, path)
         meta = {"fingerprint": json.loads(_canonical(fingerprint)), "size": path.stat().st_size,
-                "sha256": _sha256(path)}
+                "sha256": file_sha256(path)}
         _atomic_write_text(_sidecar(path), json.dumps(meta, sort_keys=True, indent=1))
         return True
     except (OSError, dgl.DGLError) as exc:  # DGL reports failed writes as DGLError
@@ -148,7 +149,7 @@ def load_graphs_cached(path, fingerprint: dict):
         if _canonical(meta["fingerprint"]) != _canonical(fingerprint):
             log.info("cache %s: built from other data or settings, rebuilding", path)
             return None
-        if path.stat().st_size != meta["size"] or _sha256(path) != meta["sha256"]:
+        if path.stat().st_size != meta["size"] or file_sha256(path) != meta["sha256"]:
             log.warning("cache %s: checksum mismatch (torn or corrupt file), rebuilding", path)
             return None
         graphs, labels = dgl.load_graphs(str(path))

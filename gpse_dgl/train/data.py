@@ -36,6 +36,7 @@ from .. import _env  # noqa: F401
 import dgl
 
 from ..utils.errors import RecipeError
+from ..data.cache import file_sha256
 
 NODE_TARGET_KEY = "gpse_node_target"
 CACHE_FORMAT_VERSION = 1
@@ -400,7 +401,7 @@ def data_fingerprint(data_recipe: dict) -> str:
     settings = _data_settings(data_recipe)
     settings.update(cache_format=CACHE_FORMAT_VERSION, source_content=_source_digest(data_recipe),
                     target_code=_package_source_digest("pse"),
-                    skeleton_code=_file_digest(Path(__file__).parent.parent / "data" / "molecules.py"))
+                    skeleton_code=file_sha256(Path(__file__).parent.parent / "data" / "molecules.py"))
     return _digest(settings)
 
 
@@ -409,14 +410,14 @@ def _source_digest(data_recipe: dict) -> str:
     if source == "embedded-molecules":
         from ..data.molecules import embedded_smiles_path
 
-        return _file_digest(Path(embedded_smiles_path()))
+        return file_sha256(Path(embedded_smiles_path()))
     if source == "smiles":
         path = Path(data_recipe["smiles_file"])
         if not path.is_file():
             from ..utils.errors import DatasetNotFoundError
 
             raise DatasetNotFoundError(f"SMILES file not found: {path}")
-        return _file_digest(path)
+        return file_sha256(path)
     return _dataset_digest(source, data_recipe.get("root"))
 
 
@@ -428,7 +429,7 @@ def _dataset_digest(name: str, root: str | None) -> str:
         digest = hashlib.sha256()
         for path in sorted(p for sub in ("raw", "mapping") for p in (folder / sub).rglob("*") if p.is_file()):
             digest.update(str(path.relative_to(folder)).encode())
-            digest.update(_file_digest(path).encode())
+            digest.update(file_sha256(path).encode())
         return digest.hexdigest()
     from ..data.registry import load_dataset
 
@@ -441,20 +442,12 @@ def _dataset_digest(name: str, root: str | None) -> str:
     return digest.hexdigest()
 
 
-def _file_digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _package_source_digest(subpackage: str) -> str:
     directory = Path(__file__).parent.parent / subpackage
     digest = hashlib.sha256()
     for path in sorted(directory.rglob("*.py")):
         digest.update(path.name.encode())
-        digest.update(_file_digest(path).encode())
+        digest.update(file_sha256(path).encode())
     return digest.hexdigest()
 
 

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401
+from ..data.cache import file_sha256
 
 
 __all__ = ["SOURCES", "PSE_COMPONENTS", "NodeTable", "source_width", "compute_features", "load_features",
@@ -360,15 +361,7 @@ def _checkpoint_identity(checkpoint: str | None) -> dict:
         where = "the shipped default " if checkpoint is None else ""
         raise CheckpointError(f"{where}GPSE checkpoint {path} not found; set model.pe.checkpoint to a "
                               f"gpse-dgl best.pt or an authors' gpse_model_<name>_1.0.pt")
-    return {"sha256": _file_sha256(path), "default": checkpoint is None}
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return {"sha256": file_sha256(path), "default": checkpoint is None}
 
 
 def _pse_code_digest() -> str:
