@@ -89,6 +89,27 @@ def test_only_needed_decompositions(monkeypatch):
     calls.update(eigh=0, eigvalsh=0)
     compute_pse_tensors(graphs, ["CycleGE"])
     assert calls == {"eigh": 0, "eigvalsh": 0}
+    compute_pse_tensors(graphs, ["ElstaticPE"])  # pseudo-inverse by Cholesky, no eigenpairs
+    assert calls == {"eigh": 0, "eigvalsh": 0}
+
+
+def test_pinv_by_cholesky_equals_eigenpairs(mixed):
+    """ElstaticPE alone (Cholesky of L + P) == ElstaticPE next to HKdiagSE (shared eigenpairs), including
+    graphs with several components and isolated nodes (a component projector P per graph)."""
+    extra = [graph(7, [(0, 1), (1, 2), (4, 5)]), graph(5, []), graph(6, [(0, 1), (2, 3), (4, 5)])]
+    graphs = mixed + extra
+    alone = compute_pse_tensors(graphs, ["ElstaticPE"])
+    shared = compute_pse_tensors(graphs, ["ElstaticPE", "HKdiagSE"])
+    torch.testing.assert_close(alone.node["ElstaticPE"], shared.node["ElstaticPE"], atol=1e-6, rtol=0)
+    from gpse_dgl.pse.spectral import DenseBatch
+
+    adj = torch.zeros(1, 7, 7, dtype=torch.float64)
+    for u, v in [(0, 1), (1, 2), (4, 5)]:
+        adj[0, u, v] = adj[0, v, u] = 1.0
+    batch = DenseBatch(adj, {"comb_pinv"})
+    torch.testing.assert_close(batch.comb_pinv(1e-6)[0], torch.linalg.pinv(batch.comb_matrix[0], hermitian=True),
+                               atol=1e-12, rtol=0)
+    assert "comb" not in batch.__dict__
 
 
 # ------------------------------------------------------------------------------------ equivariance

@@ -14,8 +14,9 @@ by a pure-Python DFS). Here:
    the normalised Laplacian serves LapPE, EigVals and RWSE; the combinatorial one ElstaticPE and
    HKdiagSE. Decompositions no requested PSE needs are not computed: EigVals alone uses ``eigvalsh``,
    and LapPE / EigVals without RWSE only the lowest eigenpairs for graphs of 64+ nodes.
-4. Chunks of small graphs (< 128 nodes) run single-threaded each, several side by side in a thread
-   pool (``num_workers``); larger ones one after the other with torch's intra-op threads.
+4. Chunks of small graphs (< 128 nodes): the calling thread builds their matrices and post-processes
+   them while a thread pool (``num_workers``) runs their decompositions, single-threaded, on groups of
+   chunks a few groups ahead; larger chunks run one after the other with torch's intra-op threads.
 5. Graphs above ``dense_limit`` nodes take the sparse path of the PSEs that have one
    (LapPE, EigVals, RWSE via :mod:`gpse_dgl.pse.sparse`; its RWSE is exact up to a work bound and a
    seeded stochastic estimate beyond, see that module); requesting a dense-only PSE (ElstaticPE,
@@ -37,6 +38,7 @@ Example
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 from dataclasses import dataclass, field
@@ -133,6 +135,25 @@ def _dense_chunks(num_nodes: np.ndarray, dense_limit: int, chunk_bytes: int):
             yield n, group[start:start + per_chunk]
 
 
+def _chunk_groups(chunks, budget_bytes: int):
+    """Consecutive chunks grouped until their dense matrices reach ``budget_bytes``: one thread-pool task
+    per group, because every task start and end needs the GIL, which the busy main thread holds."""
+    group, size = [], 0
+    for n, gids in chunks:
+        group.append((n, gids))
+        size += _MATRICES_PER_GRAPH * 8 * n * n * len(gids)
+        if size >= budget_bytes:
+            yield group
+            group, size = [], 0
+    if group:
+        yield group
+
+
+def _precompute_all(batches) -> None:
+    for batch in batches:
+        batch.precompute()
+
+
 def _blas_threads(num: Optional[int]):
     """Cap the threads of numpy/scipy's BLAS (the partial eigensolver runs there) when threadpoolctl is
     installed; a no-op context otherwise or for ``num=None`` (the cap costs ~2 ms, so it is only used
@@ -227,9 +248,19 @@ def compute_pse_tensors(
         else:
             result.graph[spec.name][torch.from_numpy(np.asarray(gids))] = value
 
-    def run_chunk(n: int, gids: np.ndarray) -> list:
-        batch = DenseBatch(coll.dense_adjacency(gids, n, device=device), needs)
-        return [_finish(s.dense(batch), s.level == "node" and normalize) for s in per_graph]
+    def new_batch(n: int, gids: np.ndarray) -> DenseBatch:
+        return DenseBatch(coll.dense_adjacency(gids, n, device=device), needs)
+
+    def finish_chunk(n: int, gids: np.ndarray, batch: DenseBatch) -> None:
+        for s in per_graph:
+            store(s, gids, n, _finish(s.dense(batch), s.level == "node" and normalize))
+        if bar is not None:
+            bar.update(len(gids))
+
+    def finish_group(batches, future) -> None:
+        future.result()
+        for n, gids, batch in batches:
+            finish_chunk(n, gids, batch)
 
     def run_whole(spec) -> torch.Tensor:
         value = torch.as_tensor(spec.edges(coll, {"max_cycle_paths": max_cycle_paths})).to(torch.float64)
@@ -245,9 +276,10 @@ def compute_pse_tensors(
     workers = max(1, min(workers, len(small) + len(whole)))
 
     # 1) whole-collection PSEs (cycles) and small same-size chunks. Tiny matrices gain nothing from
-    #    intra-op threads, so each chunk runs single-threaded and the thread budget goes to running
-    #    chunks side by side instead (LAPACK and most tensor kernels release the GIL).
-    partial_blas = (bool(needs & {"sym_low", "sym_low_values"}) and "sym" not in needs
+    #    intra-op threads, so the thread budget goes to running decompositions side by side instead:
+    #    this thread builds the matrices and post-processes them (many small GIL-bound ops) while the
+    #    pool runs the LAPACK calls (which release the GIL) on groups of chunks, a few groups ahead.
+    partial_blas = (workers == 1 and bool(needs & {"sym_low", "sym_low_values"}) and "sym" not in needs
                     and any(n >= spectral.PARTIAL_MIN_N for n, _ in small))
     with _intra_op_threads(1 if on_cpu else None), _blas_threads(1 if partial_blas else None):
         if workers > 1:
@@ -255,28 +287,25 @@ def compute_pse_tensors(
 
             with ThreadPoolExecutor(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
                 whole_futures = [pool.submit(run_whole, s) for s in whole]
-                for (n, gids), values in zip(small, pool.map(lambda c: run_chunk(*c), small)):
-                    for s, value in zip(per_graph, values):
-                        store(s, gids, n, value)
-                    if bar is not None:
-                        bar.update(len(gids))
+                in_flight = collections.deque()
+                for group in _chunk_groups(small, chunk_bytes // 4):
+                    batches = [(n, gids, new_batch(n, gids).prepare()) for n, gids in group]
+                    in_flight.append((batches, pool.submit(_precompute_all, [b for _, _, b in batches])))
+                    if len(in_flight) > workers:
+                        finish_group(*in_flight.popleft())
+                while in_flight:
+                    finish_group(*in_flight.popleft())
                 whole_values = [f.result() for f in whole_futures]
         else:
             for n, gids in small:
-                for s, value in zip(per_graph, run_chunk(n, gids)):
-                    store(s, gids, n, value)
-                if bar is not None:
-                    bar.update(len(gids))
+                finish_chunk(n, gids, new_batch(n, gids))
             whole_values = [run_whole(s) for s in whole]
     for s, value in zip(whole, whole_values):
         (result.node if s.level == "node" else result.graph)[s.name] = value
 
     # 2) larger chunks, one after the other with torch's intra-op threads (threaded LAPACK pays there)
     for n, gids in big:
-        for s, value in zip(per_graph, run_chunk(n, gids)):
-            store(s, gids, n, value)
-        if bar is not None:
-            bar.update(len(gids))
+        finish_chunk(n, gids, new_batch(n, gids))
 
     # 3) graphs above the dense limit, one by one through the sparse paths
     for gid in large:

@@ -31,9 +31,7 @@ DESCRIPTION = "statistics of the potential L+ - diag(L+) of the Laplacian pseudo
 
 def elstatic_pe(batch) -> torch.Tensor:
     """ElstaticPE of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, n, 7)``."""
-    mu, vec = batch.comb
-    inv = torch.where(mu >= ZERO_TOL, 1.0 / mu.clamp_min(ZERO_TOL), torch.zeros_like(mu))
-    pinv = torch.matmul(vec * inv.unsqueeze(-2), vec.transpose(-1, -2))
+    pinv = batch.comb_pinv(ZERO_TOL)
     q = pinv - pinv.diagonal(dim1=-2, dim2=-1).unsqueeze(-2)  # q[b, j, i] = L+[j, i] - L+[i, i]
     dinv_a = batch.adj * batch.inv_deg.unsqueeze(-1)  # (D^-1 A)[j, i] = A[j, i] / d_j, 0 if isolated
     weighted = dinv_a * q
@@ -44,7 +42,7 @@ def elstatic_pe(batch) -> torch.Tensor:
         col_std = ((q - col_mean.unsqueeze(-2)) ** 2).sum(dim=-2).div_(n - 1).sqrt_()
         row_std = ((q - row_mean.unsqueeze(-1)) ** 2).sum(dim=-1).div_(n - 1).sqrt_()
     else:  # the unbiased std of one value is undefined (NaN in the reference, then set to 0)
-        col_std = row_std = torch.zeros_like(mu)
+        col_std = row_std = torch.zeros_like(col_mean)
     return torch.stack([
         q.amin(dim=-2),
         col_mean,

@@ -38,32 +38,37 @@ LAPPE_DESCRIPTION = "|eigenvectors| of the 4 smallest non-zero eigenvalues of I 
 EIGVALS_DESCRIPTION = "4 smallest non-zero eigenvalues of I - D^-1/2 A D^-1/2 (graph level)"
 
 
-def _kept_index(lam: torch.Tensor, n: int, k: int = K) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices ``(B, k)`` of the first ``k`` eigenvalues after the zero ones, and their validity mask.
+def _kept_index(lam: np.ndarray, n: int, k: int = K) -> tuple[np.ndarray, np.ndarray]:
+    """Flat indices ``(B, k)`` into ``lam`` of the first ``k`` eigenvalues after the zero ones, and their
+    validity mask.
 
-    ``lam`` holds the ``m <= n`` lowest eigenvalues of graphs with ``n`` nodes; when ``m < n`` it covers
-    every kept index, so an index is invalid (padding) only when it reaches ``n``.
+    ``lam`` ``(B, m)`` holds the ``m <= n`` lowest eigenvalues of graphs with ``n`` nodes; when ``m < n`` it
+    covers every kept index, so an index is invalid (padding) only when it reaches ``n``. Flat indices
+    (``b * m + j``) because one fancy index into the raveled array is several times cheaper than
+    ``take_along_axis`` on these small arrays.
     """
-    m = lam.shape[-1]
-    offset = (lam.abs() < ZERO_TOL).sum(-1, keepdim=True)
-    idx = offset + torch.arange(k, device=lam.device)
+    batch, m = lam.shape
+    idx = (np.abs(lam) < ZERO_TOL).sum(-1, keepdims=True) + np.arange(k)
     valid = idx < n
-    return idx.clamp_max(max(m - 1, 0)), valid
+    return np.arange(batch)[:, None] * m + np.minimum(idx, max(m - 1, 0)), valid
 
 
-def _repeated(lam: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+def _repeated(lam: np.ndarray, flat: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """``(B, k)`` mask of kept columns whose eigenvalue has a neighbour closer than ``CLUSTER_TOL``."""
-    n = lam.shape[-1]
-    here = torch.gather(lam, -1, idx)
-    prev = torch.gather(lam, -1, (idx - 1).clamp_min(0))
-    nxt = torch.gather(lam, -1, (idx + 1).clamp_max(n - 1))
-    close_prev = (idx > 0) & ((here - prev).abs() < CLUSTER_TOL) & (prev.abs() >= ZERO_TOL)
-    close_next = (idx + 1 < n) & ((nxt - here).abs() < CLUSTER_TOL)
-    return valid & (close_prev | close_next)
+    m = lam.shape[-1]
+    # gap_next[b, j]: lam[b, j + 1] - lam[b, j] < CLUSTER_TOL (False at the last column)
+    close_next = np.zeros(lam.shape, dtype=bool)
+    close_next[:, :-1] = lam[:, 1:] - lam[:, :-1] < CLUSTER_TOL
+    close_prev = np.zeros(lam.shape, dtype=bool)
+    close_prev[:, 1:] = close_next[:, :-1] & (np.abs(lam[:, :-1]) >= ZERO_TOL)
+    if m == 0:
+        return np.zeros(flat.shape, dtype=bool)
+    return valid & (close_prev.ravel()[flat] | close_next.ravel()[flat])
 
 
-def _canonicalize(kept, lam, vec, idx, valid) -> None:
-    """Replace, in place, kept eigenvectors of repeated eigenvalues by the canonical basis (module doc).
+def _canonicalize(kept: np.ndarray, lam: np.ndarray, vec: np.ndarray, flat: np.ndarray, valid: np.ndarray) -> None:
+    """Replace, in place, kept eigenvectors ``kept (B, n, k)`` of repeated eigenvalues by the canonical
+    basis (module doc).
 
     Vectorised over all (graph, repeated eigenvalue) pairs of the batch: with the eigenspace projectors
     ``P`` stacked as ``(C, n, n)``, step ``s`` of the Gram-Schmidt picks, for every pair at once, the first
@@ -71,24 +76,22 @@ def _canonicalize(kept, lam, vec, idx, valid) -> None:
     (columns skipped before stay below the tolerance, so this equals the sequential node-order process).
     Runs in numpy: for these small arrays its per-call overhead is several times below torch's.
     """
-    repeated_t = _repeated(lam, idx, valid)
-    if not bool(repeated_t.any()):
+    repeated = _repeated(lam, flat, valid)
+    if not repeated.any():
         return
-    lam_np, idx_np, repeated = lam.cpu().numpy(), idx.cpu().numpy(), repeated_t.cpu().numpy()
-    m = lam_np.shape[-1]
+    m = lam.shape[-1]
     # cluster id of every eigenvalue: a new cluster starts where the gap reaches CLUSTER_TOL
-    cid = np.zeros(lam_np.shape, dtype=np.int64)
-    np.cumsum(lam_np[:, 1:] - lam_np[:, :-1] >= CLUSTER_TOL, axis=1, out=cid[:, 1:])
-    cid[np.abs(lam_np) < ZERO_TOL] = -1  # zero eigenvalues are never kept
-    kept_cid = np.take_along_axis(cid, idx_np, axis=-1)  # (B, k)
+    cid = np.zeros(lam.shape, dtype=np.int64)
+    np.cumsum(lam[:, 1:] - lam[:, :-1] >= CLUSTER_TOL, axis=1, out=cid[:, 1:])
+    cid[np.abs(lam) < ZERO_TOL] = -1  # zero eigenvalues are never kept
+    kept_cid = cid.ravel()[flat]  # (B, k)
     # one row per (graph, cluster) pair that holds a repeated kept eigenvalue
-    key = np.arange(lam_np.shape[0])[:, None] * (m + 1) + kept_cid
+    key = np.arange(lam.shape[0])[:, None] * (m + 1) + kept_cid
     pairs = np.sort(key[repeated])  # unique by sorting (np.unique's hash path costs ~0.3 ms per call)
     pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])]
     pb, pc = pairs // (m + 1), pairs % (m + 1)
-    vec_np = vec.cpu().numpy()[pb]  # (C, n, m)
     members = cid[pb] == pc[:, None]  # (C, m)
-    basis = vec_np * members[:, None, :]
+    basis = vec[pb] * members[:, None, :]
     resid = basis @ basis.transpose(0, 2, 1)  # eigenspace projectors (C, n, n)
     belongs = repeated[pb] & (kept_cid[pb] == pc[:, None])  # (C, k): kept columns of each pair
     rank = np.cumsum(belongs, axis=-1) - 1
@@ -102,25 +105,33 @@ def _canonicalize(kept, lam, vec, idx, valid) -> None:
         resid = resid - w[:, :, None] * np.einsum("ci,cij->cj", w, resid)[:, None, :]
     canon = np.stack(canon, axis=-1)  # (C, n, r_max)
     pair_idx, col = np.nonzero(belongs)
-    values = torch.from_numpy(canon[pair_idx, :, rank[pair_idx, col]]).to(kept)  # (P, n)
-    kept[torch.from_numpy(pb[pair_idx]), :, torch.from_numpy(col)] = values
+    kept[pb[pair_idx], :, col] = canon[pair_idx, :, rank[pair_idx, col]]
+
+
+def _lowest(batch, vectors: bool):
+    lam, vec = batch.sym_lowest(K, ZERO_TOL, CLUSTER_TOL, vectors=vectors)
+    return lam.cpu().numpy(), (vec.cpu().numpy() if vectors else None)
 
 
 def lap_pe(batch) -> torch.Tensor:
-    """LapPE of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, n, 4)``."""
-    lam, vec = batch.sym_lowest(K, ZERO_TOL, CLUSTER_TOL)
-    idx, valid = _kept_index(lam, n=batch.n)
-    kept = torch.gather(vec, -1, idx.unsqueeze(1).expand(-1, vec.shape[1], -1))
-    _canonicalize(kept, lam, vec, idx, valid)
-    kept = kept / kept.norm(dim=1, keepdim=True).clamp_min(1e-12)
-    return kept.abs() * valid.unsqueeze(1)
+    """LapPE of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, n, 4)`` (float64, on the CPU)."""
+    lam, vec = _lowest(batch, vectors=True)
+    flat, valid = _kept_index(lam, n=batch.n)
+    batch_size, n, m = vec.shape
+    rows = np.arange(batch_size)[:, None]
+    kept = vec[rows, :, flat - rows * m].transpose(0, 2, 1)  # (B, n, k), a copy
+    _canonicalize(kept, lam, vec, flat, valid)
+    kept /= np.maximum(np.sqrt(np.einsum("bnk,bnk->bk", kept, kept)), 1e-12)[:, None, :]
+    np.abs(kept, out=kept)
+    kept *= valid[:, None, :]
+    return torch.from_numpy(kept)
 
 
 def eigvals(batch) -> torch.Tensor:
-    """EigVals of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, 4)``."""
-    lam, _ = batch.sym_lowest(K, ZERO_TOL, CLUSTER_TOL, vectors=False)
-    idx, valid = _kept_index(lam, n=batch.n)
-    return torch.gather(lam, -1, idx).clamp_min(0.0) * valid
+    """EigVals of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, 4)`` (float64, on the CPU)."""
+    lam, _ = _lowest(batch, vectors=False)
+    flat, valid = _kept_index(lam, n=batch.n)
+    return torch.from_numpy(np.maximum(lam.ravel()[flat], 0.0) * valid)
 
 
 def _pad(x: np.ndarray, k: int, axis: int) -> np.ndarray:

@@ -26,7 +26,9 @@ A spec has up to three ways to compute its values; the driver picks per graph:
 ``needs`` names the dense decompositions the spec reads, so a batch computes exactly those once and
 shares them between all requested PSEs: ``"sym"`` (all eigenpairs of the normalised Laplacian),
 ``"sym_low"`` / ``"sym_low_values"`` (only its lowest eigenpairs / eigenvalues), ``"comb"`` (all
-eigenpairs of the combinatorial Laplacian). See :class:`gpse_dgl.pse.spectral.DenseBatch`.
+eigenpairs of the combinatorial Laplacian), ``"comb_pinv"`` (its pseudo-inverse: from ``"comb"`` when
+that is computed anyway, otherwise from a Cholesky factorisation). See
+:class:`gpse_dgl.pse.spectral.DenseBatch`.
 
 Names and widths of the six built-in PSEs, in pretraining-target order (``docs/PSE.md``):
 node level ``ElstaticPE`` 7, ``LapPE`` 4, ``RWSE`` 20, ``HKdiagSE`` 20; graph level ``EigVals`` 4,
@@ -48,7 +50,7 @@ __all__ = [
 ]
 
 LEVELS = ("node", "graph")
-DECOMPOSITIONS = ("sym", "sym_low", "sym_low_values", "comb")
+DECOMPOSITIONS = ("sym", "sym_low", "sym_low_values", "comb", "comb_pinv")
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def resolve_pse_names(names: Optional[Iterable[str] | str] = None) -> list[str]:
 # ---------------------------------------------------------------------------------------------------------
 from . import cycle_encoding, electrostatic, heat_kernel, laplacian, random_walk  # noqa: E402
 
-register_pse("ElstaticPE", "node", 7, dense=electrostatic.elstatic_pe, needs=("comb",),
+register_pse("ElstaticPE", "node", 7, dense=electrostatic.elstatic_pe, needs=("comb_pinv",),
              columns=electrostatic.COLUMNS, description=electrostatic.DESCRIPTION)
 register_pse("LapPE", "node", 4, dense=laplacian.lap_pe, sparse=laplacian.lap_pe_sparse, needs=("sym_low",),
              columns=tuple(f"eigvec{i + 1}" for i in range(4)), description=laplacian.LAPPE_DESCRIPTION)
