@@ -115,6 +115,9 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
         "num_layers": Field("int", 20, "number of ResGatedGCN message-passing layers", minimum=1),
         "dropout": Field("number", 0.2, "dropout after every layer", minimum=0.0, maximum=1.0),
         "virtual_node": Field("bool", True, "add a virtual node joined to every node"),
+        "learn_input_norm": Field("bool", True, "learn the scale and shift of the input BatchNorm "
+                                  "(paper); false fixes them at 1 and 0 so that training cannot turn "
+                                  "the random input features down"),
         "head_hidden": Field("int", 32, "hidden width of each per-column node head", minimum=1),
         "graph_head_hidden": Field("int", 512, "hidden width of the graph head", minimum=1),
         "pooling": Field("choice", "sum", "graph readout before the graph head",

@@ -323,6 +323,33 @@ def test_pretraining_step_reduces_loss():
     assert losses[-1] < 0.7 * losses[0]
 
 
+def test_fixed_input_norm_keeps_scale_and_state_dict():
+    """learn_input_norm=False: the input BatchNorm's affine stays at 1 / 0 through training, the
+    state dict has the same keys (authors' format unchanged) and the config round-trips."""
+    model = GPSEForPretraining.from_config({"encoder": dict(SMALL, learn_input_norm=False),
+                                            "heads": {"num_node_targets": 2, "num_graph_targets": 1,
+                                                      "node_hidden": 8, "graph_hidden": 8}})
+    assert model.to_config()["encoder"]["learn_input_norm"] is False
+    assert "learn_input_norm" not in GPSE(**SMALL).to_config()  # paper-style configs unchanged
+    assert set(model.state_dict()) == set(GPSEForPretraining.from_config(
+        {"encoder": dict(SMALL), "heads": {"num_node_targets": 2, "num_graph_targets": 1,
+                                           "node_hidden": 8, "graph_hidden": 8}}).state_dict())
+    bg = _batch()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    for _ in range(3):
+        node_pred, graph_pred = model(bg, seed=0)
+        loss = node_pred.square().mean() + graph_pred.square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    norm = model.encoder.pre_norm
+    assert torch.equal(norm.weight, torch.ones_like(norm.weight))
+    assert torch.equal(norm.bias, torch.zeros_like(norm.bias))
+    assert not torch.equal(model.encoder.pre_linear.weight.grad, torch.zeros_like(model.encoder.pre_linear.weight))
+    clone = GPSEForPretraining.from_config(model.to_config())
+    assert not clone.encoder.pre_norm.weight.requires_grad
+
+
 def test_virtual_node_info_device_cache():
     info = VirtualNodeInfo(2, 1, 1, torch.tensor([2]), torch.tensor([0, 0, 0]))
     assert info.node_graph_on("cpu") is info.node_graph

@@ -88,6 +88,12 @@ class GPSE(nn.Module):
         Dropout after every BatchNorm. Default 0.2.
     virtual_node : bool
         Add one virtual node per graph (joined both ways to every node, zero input). Default True.
+    learn_input_norm : bool
+        Train the affine scale and shift of the input BatchNorm (default, as in the paper). ``False``
+        keeps them at 1 and 0: a small model trained with them learns to shrink the scale until the
+        random features barely reach the layers (the input is then the same for every node, and the
+        model no more expressive than 1-WL message passing). The parameters stay in the state dict
+        either way, so checkpoints and the authors' format are unchanged.
     backend : str, optional
         Message-passing backend for every layer (``"dgl"``, ``"torch"``, ``"auto"``/``None``).
 
@@ -102,7 +108,7 @@ class GPSE(nn.Module):
     """
 
     def __init__(self, dim_in: int = 20, dim_hidden: int = 512, num_layers: int = 20, dropout: float = 0.2,
-                 virtual_node: bool = True, backend: str | None = None):
+                 virtual_node: bool = True, learn_input_norm: bool = True, backend: str | None = None):
         super().__init__()
         self.dim_in = int(dim_in)
         self.dim_hidden = int(dim_hidden)
@@ -110,6 +116,9 @@ class GPSE(nn.Module):
         self.virtual_node = bool(virtual_node)
         self.pre_linear = nn.Linear(self.dim_in, self.dim_hidden, bias=False)
         self.pre_norm = nn.BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1)
+        self.learn_input_norm = bool(learn_input_norm)
+        self.pre_norm.weight.requires_grad_(self.learn_input_norm)
+        self.pre_norm.bias.requires_grad_(self.learn_input_norm)
         self.convs = nn.ModuleList(
             ResGatedConv(self.dim_hidden, self.dim_hidden, bias=False, backend=backend)
             for _ in range(self.num_layers))
@@ -122,8 +131,11 @@ class GPSE(nn.Module):
     # ------------------------------------------------------------------ config
     def to_config(self) -> dict[str, Any]:
         """Constructor arguments (without ``backend``) as a plain dict."""
-        return {"dim_in": self.dim_in, "dim_hidden": self.dim_hidden, "num_layers": self.num_layers,
-                "dropout": self.dropout.p, "virtual_node": self.virtual_node}
+        config = {"dim_in": self.dim_in, "dim_hidden": self.dim_hidden, "num_layers": self.num_layers,
+                  "dropout": self.dropout.p, "virtual_node": self.virtual_node}
+        if not self.learn_input_norm:  # only when off: configs of paper-style models stay as they were
+            config["learn_input_norm"] = False
+        return config
 
     @classmethod
     def from_config(cls, config: dict[str, Any] | None = None, backend: str | None = None) -> "GPSE":

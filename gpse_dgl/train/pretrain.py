@@ -152,7 +152,8 @@ def model_config_from_recipe(model_recipe: dict, data: PretrainingData) -> dict:
     return {
         "encoder": {"dim_in": model_recipe["dim_in"], "dim_hidden": model_recipe["dim_hidden"],
                     "num_layers": model_recipe["num_layers"], "dropout": model_recipe["dropout"],
-                    "virtual_node": model_recipe["virtual_node"]},
+                    "virtual_node": model_recipe["virtual_node"],
+                    "learn_input_norm": model_recipe["learn_input_norm"]},
         "heads": {"dim_in": model_recipe["dim_hidden"], "num_node_targets": data.num_node_columns,
                   "num_graph_targets": data.num_graph_columns, "node_hidden": model_recipe["head_hidden"],
                   "graph_hidden": model_recipe["graph_head_hidden"], "dropout": model_recipe["dropout"],
