@@ -271,3 +271,17 @@ def test_standardized_graph_targets_use_training_statistics(cache_dir):
     for name in ("val", "test"):  # held-out graphs use the training split's statistics
         restored = scaled.splits[name].graph_targets * std + mean
         assert torch.allclose(restored, raw.splits[name].graph_targets, atol=1e-4)
+
+
+def test_resume_check_fills_keys_added_to_the_schema(tmp_path):
+    """A checkpoint written before a recipe key existed still matches a recipe that has it at its
+    default; a non-default value is a different run."""
+    recipe = validate_recipe({})
+    old = copy.deepcopy(recipe)
+    del old["model"]["learn_input_norm"]
+    payload = {"recipe": old, "model_config": {"encoder": {}}}
+    pretrain_module._check_same_run(tmp_path / "last.pt", payload, recipe, {"encoder": {}})
+    changed = copy.deepcopy(recipe)
+    changed["model"]["learn_input_norm"] = False
+    with pytest.raises(CheckpointError, match="learn_input_norm"):
+        pretrain_module._check_same_run(tmp_path / "last.pt", payload, changed, {"encoder": {}})

@@ -149,11 +149,13 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
 
 def model_config_from_recipe(model_recipe: dict, data: PretrainingData) -> dict:
     """:meth:`GPSEForPretraining.to_config` layout (stored in checkpoints to rebuild the model)."""
+    encoder = {"dim_in": model_recipe["dim_in"], "dim_hidden": model_recipe["dim_hidden"],
+               "num_layers": model_recipe["num_layers"], "dropout": model_recipe["dropout"],
+               "virtual_node": model_recipe["virtual_node"]}
+    if not model_recipe["learn_input_norm"]:  # as GPSE.to_config: the key only when it is off
+        encoder["learn_input_norm"] = False
     return {
-        "encoder": {"dim_in": model_recipe["dim_in"], "dim_hidden": model_recipe["dim_hidden"],
-                    "num_layers": model_recipe["num_layers"], "dropout": model_recipe["dropout"],
-                    "virtual_node": model_recipe["virtual_node"],
-                    "learn_input_norm": model_recipe["learn_input_norm"]},
+        "encoder": encoder,
         "heads": {"dim_in": model_recipe["dim_hidden"], "num_node_targets": data.num_node_columns,
                   "num_graph_targets": data.num_graph_columns, "node_hidden": model_recipe["head_hidden"],
                   "graph_hidden": model_recipe["graph_head_hidden"], "dropout": model_recipe["dropout"],
@@ -458,6 +460,12 @@ def _restore(path: Path, recipe, model_config, model, optimizer, scheduler) -> T
 def _check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict) -> None:
     """Resuming is only meaningful with the same data, model and seed."""
     saved = payload.get("recipe", {})
+    try:  # fill in keys added to the schema since the checkpoint was written, at their defaults
+        from ..recipes import validate_recipe
+
+        saved = validate_recipe(saved, source=str(path))
+    except Exception:  # noqa: BLE001 - an unreadable old recipe is compared as stored
+        pass
     for section in ("seed", "data", "model"):
         if saved.get(section) != recipe[section]:
             difference = _first_difference(saved.get(section), recipe[section], section)
