@@ -261,11 +261,14 @@ class DenseBatch:
 
         Meant for a worker thread after :meth:`prepare` ran on the main one: all small, GIL-bound tensor
         work (building matrices, post-processing) then stays on one thread while LAPACK, which releases
-        the GIL, runs on the others. Returns ``self``.
+        the GIL, runs on the others. Runs once; later calls return at once. Returns ``self``.
         """
-        for key, fn, args in getattr(self, "_pending", None) or self._jobs():
+        if getattr(self, "_precomputed", False):
+            return self
+        jobs = getattr(self, "_pending", None)
+        for key, fn, args in (self._jobs() if jobs is None else jobs):
             self._ready[key] = fn(*args)
-        self._pending = []
+        self._pending, self._precomputed = [], True
         return self
 
     def _result(self, key: str, fn, *args):
