@@ -41,12 +41,9 @@ def command(recipe, overrides, resume, overwrite, device, out_dir, no_progress):
     """
     from ..recipes import load_recipe
 
-    overrides = list(overrides)
-    if device is not None:
-        overrides.append(f"device={device}")
-    if out_dir is not None:
-        overrides.append(f"general_pipeline.save_path={out_dir}")
-    validated = load_recipe(recipe, overrides)
+    from . import cli_overrides
+
+    validated = load_recipe(recipe, cli_overrides(overrides, device, out_dir))
 
     from ..train.pretrain import format_r2_table, pretrain
 

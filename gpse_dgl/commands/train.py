@@ -37,12 +37,9 @@ def command(recipe, overrides, seeds, resume, overwrite, device, out_dir, no_pro
     """
     from ..train.downstream_schema import load_downstream_recipe
 
-    overrides = list(overrides)
-    if device is not None:
-        overrides.append(f"device={device}")
-    if out_dir is not None:
-        overrides.append(f"general_pipeline.save_path={out_dir}")
-    validated = load_downstream_recipe(recipe, overrides)
+    from . import cli_overrides
+
+    validated = load_downstream_recipe(recipe, cli_overrides(overrides, device, out_dir))
 
     from ..train.downstream import format_summary, train_downstream
 

@@ -111,6 +111,19 @@ def _draws(encoder, g, x, seed, samples, device):
         yield random_node_features(g, encoder.dim_in, seed=sub_seed, device=device)
 
 
+@contextlib.contextmanager
+def _large_graph_inference(model, g, x, seed, samples, device, undirected):
+    """Shared setup of :func:`encode_large` and :func:`encode_sampled`: yields ``(encoder weights on the
+    device, the prepared graph, the input-feature draws)`` with the model in inference mode."""
+    device = torch.device(device) if device is not None else _model_device(model)
+    with _inference(model, device) as encoder:
+        if x is not None:
+            _check_x(x, g, encoder.dim_in, samples)
+        prepared = _prepare(g, undirected)
+        weights = EncoderWeights.from_model(encoder).to(device)
+        yield weights, prepared, _draws(encoder, prepared, x, seed, samples, device)
+
+
 def _average(encodings) -> torch.Tensor:
     total, count = None, 0
     for enc in encodings:
@@ -206,14 +219,9 @@ def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: in
     >>> encode_large(model, g).shape
     torch.Size([500, 8])
     """
-    device = torch.device(device) if device is not None else _model_device(model)
-    with _inference(model, device) as encoder:
-        if x is not None:
-            _check_x(x, g, encoder.dim_in, samples)
-        prepared = _prepare(g, undirected)
-        weights = EncoderWeights.from_model(encoder).to(device)
+    with _large_graph_inference(model, g, x, seed, samples, device, undirected) as (weights, prepared, draws):
         return _average(layerwise_forward(weights, prepared, xk, chunk_edges=chunk_edges, progress=progress).cpu()
-                        for xk in _draws(encoder, prepared, x, seed, samples, device))
+                        for xk in draws)
 
 
 def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
@@ -240,13 +248,7 @@ def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: 
     >>> encode_sampled(model, dgl.rand_graph(300, 1500), fanouts=(10, 5), batch_size=128).shape
     torch.Size([300, 8])
     """
-    device = torch.device(device) if device is not None else _model_device(model)
-    with _inference(model, device) as encoder:
-        if x is not None:
-            _check_x(x, g, encoder.dim_in, samples)
-        prepared = _prepare(g, undirected)
-        weights = EncoderWeights.from_model(encoder).to(device)
-        draws = _draws(encoder, prepared, x, seed, samples, device)
+    with _large_graph_inference(model, g, x, seed, samples, device, undirected) as (weights, prepared, draws):
         return _average(
             sampled_forward(weights, prepared, xk, fanouts=fanouts, batch_size=batch_size,
                             seed=None if seed is None else sample_seed(seed, k), nodes=nodes,

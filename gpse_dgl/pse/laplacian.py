@@ -55,14 +55,11 @@ def _kept_index(lam: np.ndarray, n: int, k: int = K) -> tuple[np.ndarray, np.nda
 
 def _repeated(lam: np.ndarray, flat: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """``(B, k)`` mask of kept columns whose eigenvalue has a neighbour closer than ``CLUSTER_TOL``."""
-    m = lam.shape[-1]
-    # gap_next[b, j]: lam[b, j + 1] - lam[b, j] < CLUSTER_TOL (False at the last column)
+    # close_next[b, j]: lam[b, j + 1] - lam[b, j] < CLUSTER_TOL (False at the last column)
     close_next = np.zeros(lam.shape, dtype=bool)
     close_next[:, :-1] = lam[:, 1:] - lam[:, :-1] < CLUSTER_TOL
     close_prev = np.zeros(lam.shape, dtype=bool)
     close_prev[:, 1:] = close_next[:, :-1] & (np.abs(lam[:, :-1]) >= ZERO_TOL)
-    if m == 0:
-        return np.zeros(flat.shape, dtype=bool)
     return valid & (close_prev.ravel()[flat] | close_next.ravel()[flat])
 
 

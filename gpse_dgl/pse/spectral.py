@@ -235,6 +235,8 @@ class DenseBatch:
         self.needs = frozenset(needs)
         self._low = {}
         self._ready = {}
+        self._pending = None  # jobs built by prepare(); None: not prepared
+        self._precomputed = False
 
     def _jobs(self) -> list:
         """``(key, fn, matrices)`` of the decompositions :meth:`precompute` runs (see there)."""
@@ -263,10 +265,9 @@ class DenseBatch:
         work (building matrices, post-processing) then stays on one thread while LAPACK, which releases
         the GIL, runs on the others. Runs once; later calls return at once. Returns ``self``.
         """
-        if getattr(self, "_precomputed", False):
+        if self._precomputed:
             return self
-        jobs = getattr(self, "_pending", None)
-        for key, fn, args in (self._jobs() if jobs is None else jobs):
+        for key, fn, args in (self._jobs() if self._pending is None else self._pending):
             self._ready[key] = fn(*args)
         self._pending, self._precomputed = [], True
         return self
