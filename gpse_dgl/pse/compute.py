@@ -321,7 +321,8 @@ def compute_pse_tensors(
         bar.close()
     for table in (result.node, result.graph):
         for key, value in table.items():
-            table[key] = torch.nan_to_num(value, nan=0.0, posinf=0.0, neginf=0.0)
+            # in place, in numpy: torch's version would wake its OpenMP team (ms) for one small pass
+            np.nan_to_num(value.numpy(), copy=False, nan=0.0, posinf=0.0, neginf=0.0)
     return result
 
 
