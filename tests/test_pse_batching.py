@@ -300,3 +300,22 @@ def test_worker_threads_and_id_types(mixed):
     for table in ("node", "graph"):
         for name, value in getattr(ref, table).items():
             torch.testing.assert_close(getattr(res, table)[name], value, atol=1e-6, rtol=0)
+
+
+def test_laplacian_from_edges_equals_from_adjacency(mixed):
+    """DenseBatch.from_collection builds L_sym straight from the edge list and takes components from the
+    collection; both equal what the adjacency stack gives (isolated nodes keep 1 on the diagonal of
+    L_sym), and A is only built when read."""
+    from gpse_dgl.pse.spectral import DenseBatch, EdgeCollection
+
+    graphs = mixed + [graph(6, [(0, 1), (1, 2), (4, 5)]), graph(6, [])]  # isolated nodes, no edges
+    coll = EdgeCollection.from_graphs(graphs)
+    for n in (6, int(coll.num_nodes.max())):
+        gids = np.flatnonzero(coll.num_nodes == n)
+        lazy = DenseBatch.from_collection(coll, gids, n)
+        eager = DenseBatch(coll.dense_adjacency(gids, n))
+        torch.testing.assert_close(lazy.sym_matrix, eager.sym_matrix, atol=1e-15, rtol=0)
+        assert "adj" not in lazy.__dict__  # L_sym alone does not build the adjacency
+        torch.testing.assert_close(lazy.comb_matrix, eager.comb_matrix, atol=0, rtol=0)
+        # components from one pass over the collection: same partition, so the same null projector
+        torch.testing.assert_close(lazy.null_projector, eager.null_projector, atol=0, rtol=0)

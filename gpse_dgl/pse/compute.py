@@ -249,7 +249,7 @@ def compute_pse_tensors(
             result.graph[spec.name][torch.from_numpy(np.asarray(gids))] = value
 
     def new_batch(n: int, gids: np.ndarray) -> DenseBatch:
-        return DenseBatch(coll.dense_adjacency(gids, n, device=device), needs)
+        return DenseBatch.from_collection(coll, gids, n, needs, device=device)
 
     def finish_chunk(n: int, gids: np.ndarray, batch: DenseBatch) -> None:
         for s in per_graph:

@@ -137,13 +137,27 @@ class EdgeCollection:
         off = self.node_offset[gid]
         return self.u[lo:hi] - off, self.v[lo:hi] - off
 
-    def dense_adjacency(self, gids: np.ndarray, n: int, device=None) -> torch.Tensor:
-        """float64 ``(B, n, n)`` symmetric 0/1 adjacency stack of graphs ``gids`` (all with ``n`` nodes).
+    @functools.cached_property
+    def degree(self) -> np.ndarray:
+        """float64 ``(N,)`` degree of every node in the simple graph."""
+        total = self.total_nodes
+        return (np.bincount(self.u, minlength=total) + np.bincount(self.v, minlength=total)).astype(np.float64)
 
-        Built with one scatter: the edges of all ``B`` graphs are gathered by vectorised range
-        concatenation, no per-graph Python loop.
+    @functools.cached_property
+    def components(self) -> np.ndarray:
+        """int64 ``(N,)`` connected-component label of every node (unique across the collection)."""
+        import scipy.sparse as sp
+        from scipy.sparse.csgraph import connected_components
+
+        total = self.total_nodes
+        graph = sp.csr_matrix((np.ones(self.u.shape[0], dtype=np.int8), (self.u, self.v)), shape=(total, total))
+        return connected_components(graph, directed=False)[1].astype(np.int64)
+
+    def _local_edges(self, gids: np.ndarray):
+        """``(batch, local u, local v, global u, global v)`` of the edges of graphs ``gids``.
+
+        Gathered by vectorised range concatenation, no per-graph Python loop.
         """
-        gids = np.asarray(gids, dtype=np.int64)
         counts = self.edge_offset[gids + 1] - self.edge_offset[gids]
         total = int(counts.sum())
         # edge index of every edge of the selected graphs: start of its graph + position inside it
@@ -151,14 +165,30 @@ class EdgeCollection:
         within = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
         eidx = self.edge_offset[gids][batch] + within
         off = self.node_offset[gids][batch]
-        lu = torch.from_numpy(self.u[eidx] - off)
-        lv = torch.from_numpy(self.v[eidx] - off)
-        b = torch.from_numpy(batch)
-        adj = torch.zeros(gids.shape[0], n, n, dtype=torch.float64)
-        ones = torch.ones(total, dtype=torch.float64)
-        adj.index_put_((b, lu, lv), ones)
-        adj.index_put_((b, lv, lu), ones)
+        u, v = self.u[eidx], self.v[eidx]
+        return batch, u - off, v - off, u, v
+
+    def dense_adjacency(self, gids: np.ndarray, n: int, device=None) -> torch.Tensor:
+        """float64 ``(B, n, n)`` symmetric 0/1 adjacency stack of graphs ``gids`` (all with ``n`` nodes),
+        built with one scatter."""
+        batch, lu, lv, _, _ = self._local_edges(np.asarray(gids, dtype=np.int64))
+        adj = _aligned_zeros(len(gids), n)
+        view = adj.numpy()
+        view[batch, lu, lv] = 1.0
+        view[batch, lv, lu] = 1.0
         return adj if device is None else adj.to(device)
+
+    def dense_sym_laplacian(self, gids: np.ndarray, n: int, device=None) -> torch.Tensor:
+        """float64 ``(B, n, n)`` normalised Laplacians ``I - D^-1/2 A D^-1/2`` of graphs ``gids``, straight from
+        the edge list (no adjacency stack; isolated nodes keep 1 on the diagonal)."""
+        batch, lu, lv, u, v = self._local_edges(np.asarray(gids, dtype=np.int64))
+        weight = -1.0 / np.sqrt(self.degree[u] * self.degree[v])
+        lap = _aligned_zeros(len(gids), n)
+        view = lap.numpy()
+        view[batch, lu, lv] = weight
+        view[batch, lv, lu] = weight
+        view.reshape(len(gids), n * n)[:, ::n + 1] = 1.0
+        return lap if device is None else lap.to(device)
 
 
 #: Up to this many nodes, ``comb_pinv`` comes from a Cholesky factorisation instead of eigenpairs.
@@ -189,6 +219,15 @@ def lowest_eigenpairs(mat: np.ndarray, k: int, zero_tol: float, cluster_tol: flo
         if m == n or (last + 1 < m and np.any(np.diff(lam[last:]) >= cluster_tol)):
             return lam, vec
         m = min(n, 2 * m + last)
+
+
+def _aligned_zeros(batch: int, n: int) -> torch.Tensor:
+    """float64 zeros ``(batch, n, n)`` from torch's allocator, filled through a numpy view.
+
+    Not ``np.zeros``: MKL's eigensolvers can round differently with the matrices' memory alignment, and
+    torch's allocator always aligns to 64 bytes, which keeps results independent of the batch.
+    """
+    return torch.zeros(batch, n, n, dtype=torch.float64)
 
 
 def _union_edges(graphs):
@@ -231,12 +270,31 @@ class DenseBatch:
     """
 
     def __init__(self, adj: torch.Tensor, needs=()):
-        self.adj = adj
+        self.adj = adj  # shadows the lazy ``adj`` property below
+        self._shape = (adj.shape[0], adj.shape[-1])
+        self._source = None  # (collection, gids, device) of from_collection()
         self.needs = frozenset(needs)
         self._low = {}
         self._ready = {}
         self._pending = None  # jobs built by prepare(); None: not prepared
         self._precomputed = False
+
+    @classmethod
+    def from_collection(cls, collection: EdgeCollection, gids: np.ndarray, n: int, needs=(),
+                        device=None) -> "DenseBatch":
+        """The graphs ``gids`` (all with ``n`` nodes) of ``collection``. Dense matrices are built from the
+        edge list when first read: PSEs that only need ``L_sym`` (LapPE, EigVals) never build ``A``."""
+        batch = cls(torch.empty(len(gids), 0, 0), needs)
+        del batch.adj  # built on first use instead
+        batch._shape = (len(gids), int(n))
+        batch._source = (collection, gids, device)
+        return batch
+
+    @functools.cached_property
+    def adj(self) -> torch.Tensor:
+        """float64 ``(B, n, n)`` adjacency (given to the constructor, or built by :meth:`from_collection`)."""
+        collection, gids, device = self._source
+        return collection.dense_adjacency(gids, self.n, device=device)
 
     def _jobs(self) -> list:
         """``(key, fn, matrices)`` of the decompositions :meth:`precompute` runs (see there)."""
@@ -279,11 +337,11 @@ class DenseBatch:
 
     @property
     def batch_size(self) -> int:
-        return self.adj.shape[0]
+        return self._shape[0]
 
     @property
     def n(self) -> int:
-        return self.adj.shape[-1]
+        return self._shape[1]
 
     @functools.cached_property
     def deg(self) -> torch.Tensor:
@@ -299,6 +357,9 @@ class DenseBatch:
     @functools.cached_property
     def sym_matrix(self) -> torch.Tensor:
         """``(B, n, n)`` normalised Laplacian I - D^-1/2 A D^-1/2 (isolated nodes keep 1 on the diagonal)."""
+        if self._source is not None:  # from_collection(): straight from the edges (whatever was built before)
+            collection, gids, device = self._source
+            return collection.dense_sym_laplacian(gids, self.n, device=device)
         s = torch.sqrt(self.inv_deg)
         lap = -(s.unsqueeze(-1) * self.adj * s.unsqueeze(-2))
         lap.diagonal(dim1=-2, dim2=-1).add_(1.0)
@@ -358,6 +419,10 @@ class DenseBatch:
     @functools.cached_property
     def components(self) -> torch.Tensor:
         """int64 ``(B, n)`` connected-component label of every node (labels unique across the batch)."""
+        if self._source is not None:  # one pass over the whole collection serves every batch
+            collection, gids, device = self._source
+            rows = collection.node_offset[np.asarray(gids, dtype=np.int64)][:, None] + np.arange(self.n)
+            return torch.from_numpy(collection.components[rows]).to(device)
         import scipy.sparse as sp
         from scipy.sparse.csgraph import connected_components
 
