@@ -172,7 +172,7 @@ class EdgeCollection:
         """float64 ``(B, n, n)`` symmetric 0/1 adjacency stack of graphs ``gids`` (all with ``n`` nodes),
         built with one scatter."""
         batch, lu, lv, _, _ = self._local_edges(np.asarray(gids, dtype=np.int64))
-        adj = _aligned_zeros(len(gids), n)
+        adj = torch.zeros(len(gids), n, n, dtype=torch.float64)  # torch's allocator: see dense_sym_laplacian
         view = adj.numpy()
         view[batch, lu, lv] = 1.0
         view[batch, lv, lu] = 1.0
@@ -183,7 +183,9 @@ class EdgeCollection:
         the edge list (no adjacency stack; isolated nodes keep 1 on the diagonal)."""
         batch, lu, lv, u, v = self._local_edges(np.asarray(gids, dtype=np.int64))
         weight = -1.0 / np.sqrt(self.degree[u] * self.degree[v])
-        lap = _aligned_zeros(len(gids), n)
+        # filled through a numpy view of a torch buffer, not np.zeros: torch aligns every buffer to 64
+        # bytes, so LAPACK sees the same memory layout whatever the batch (see pse.laplacian)
+        lap = torch.zeros(len(gids), n, n, dtype=torch.float64)
         view = lap.numpy()
         view[batch, lu, lv] = weight
         view[batch, lv, lu] = weight
@@ -219,15 +221,6 @@ def lowest_eigenpairs(mat: np.ndarray, k: int, zero_tol: float, cluster_tol: flo
         if m == n or (last + 1 < m and np.any(np.diff(lam[last:]) >= cluster_tol)):
             return lam, vec
         m = min(n, 2 * m + last)
-
-
-def _aligned_zeros(batch: int, n: int) -> torch.Tensor:
-    """float64 zeros ``(batch, n, n)`` from torch's allocator, filled through a numpy view.
-
-    Not ``np.zeros``: MKL's eigensolvers can round differently with the matrices' memory alignment, and
-    torch's allocator always aligns to 64 bytes, which keeps results independent of the batch.
-    """
-    return torch.zeros(batch, n, n, dtype=torch.float64)
 
 
 def _union_edges(graphs):
