@@ -142,6 +142,13 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
             "interval": Field("choice", "epoch", "update the rate once per epoch (paper) or after "
                               "every step", choices=("epoch", "step")),
         },
+        "loss": {
+            "regression": Field("choice", "l1", "element-wise term added to the per-graph cosine "
+                                "term: l1 (paper), mse (what R^2 scores) or l1+mse",
+                                choices=("l1", "mse", "l1+mse")),
+            "graph_weight": Field("number", 1.0, "weight of each graph-level entry and cosine pair "
+                                  "relative to a node-level one (1 = paper)", minimum=0.0),
+        },
         "clip_grad_norm": Field("number", 1.0, "clip the gradient norm to this value; null = no "
                                 "clipping", nullable=True, minimum=0.0, exclusive_minimum=True),
         "save_path": Field("str", "runs/gpse_pretrain", "output directory: checkpoints, metrics "

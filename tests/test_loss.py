@@ -100,3 +100,59 @@ def test_input_validation():
         gpse_loss(node_pred, node_true[:, :2], graph_pred, graph_true, bnn)
     with pytest.raises(ValueError, match="rows"):
         gpse_loss(node_pred, node_true, graph_pred[:2], graph_true[:2], bnn)
+
+
+@pytest.mark.parametrize("regression", ["mse", "l1+mse"])
+def test_squared_error_terms_match_direct(regression):
+    node_pred, node_true, graph_pred, graph_true, bnn = _batch(seed=3)
+    n, kn = node_pred.shape
+    b, kg = graph_pred.shape
+    expected_l1_cos, l1, _ = _direct(node_pred, node_true, graph_pred, graph_true, bnn)
+    cosine = expected_l1_cos - l1
+    mse = (((node_pred - node_true) ** 2).sum() + ((graph_pred - graph_true) ** 2).sum()) / ((n + b) * (kn + kg))
+    loss, parts = gpse_loss(node_pred, node_true, graph_pred, graph_true, bnn, regression=regression)
+    torch.testing.assert_close(parts["mse"], mse)
+    torch.testing.assert_close(parts["cosine"], cosine)
+    if regression == "mse":
+        assert "l1" not in parts
+        torch.testing.assert_close(loss, mse + cosine)
+    else:
+        torch.testing.assert_close(parts["l1"], l1)
+        torch.testing.assert_close(loss, l1 + mse + cosine)
+
+
+def test_unknown_regression_term():
+    node_pred, node_true, graph_pred, graph_true, bnn = _batch()
+    with pytest.raises(ValueError, match="regression must be one of l1, mse, l1\\+mse"):
+        gpse_loss(node_pred, node_true, graph_pred, graph_true, bnn, regression="huber")
+
+
+def test_graph_weight_matches_direct():
+    """graph_weight w: graph entries count w times in the element-wise term, graph cosine pairs w times
+    in the cosine mean; w = 1 is the references' loss."""
+    node_pred, node_true, graph_pred, graph_true, bnn = _batch(seed=4)
+    n, kn = node_pred.shape
+    b, kg = graph_pred.shape
+    w = 7.5
+    node_terms, graph_terms = [], []
+    start = 0
+    for n_i in bnn.tolist():
+        p, t = node_pred[start:start + n_i], node_true[start:start + n_i]
+        start += n_i
+        node_terms += [1 - F.cosine_similarity(p[:, k], t[:, k], dim=0) for k in range(kn) if torch.any(t[:, k] != 0)]
+    graph_terms = [1 - F.cosine_similarity(graph_pred[:, k], graph_true[:, k], dim=0)
+                   for k in range(kg) if torch.any(graph_true[:, k] != 0)]
+    cosine = (sum(node_terms) + w * sum(graph_terms)) / (len(node_terms) + w * len(graph_terms))
+    entries = (n + b) * (kn + kg)
+    l1 = ((node_pred - node_true).abs().sum() + w * (graph_pred - graph_true).abs().sum()) / entries
+    mse = (((node_pred - node_true) ** 2).sum() + w * ((graph_pred - graph_true) ** 2).sum()) / entries
+    loss, parts = gpse_loss(node_pred, node_true, graph_pred, graph_true, bnn, regression="l1+mse",
+                            graph_weight=w)
+    torch.testing.assert_close(parts["cosine"], cosine)
+    torch.testing.assert_close(parts["l1"], l1)
+    torch.testing.assert_close(parts["mse"], mse)
+    torch.testing.assert_close(loss, l1 + mse + cosine)
+    same = gpse_loss(node_pred, node_true, graph_pred, graph_true, bnn, graph_weight=1.0)[0]
+    torch.testing.assert_close(same, gpse_loss(node_pred, node_true, graph_pred, graph_true, bnn)[0])
+    with pytest.raises(ValueError, match="graph_weight"):
+        gpse_loss(node_pred, node_true, graph_pred, graph_true, bnn, graph_weight=-1.0)

@@ -80,9 +80,9 @@ def test_only_needed_decompositions(monkeypatch):
 
     monkeypatch.setattr(torch.linalg, "eigh", eigh)
     monkeypatch.setattr(torch.linalg, "eigvalsh", eigvalsh)
-    graphs = [cycle(5), cycle(6), complete(5)]  # two size groups
+    graphs = [cycle(5), cycle(7), complete(5)]  # two size groups, no bipartite graph (see test_pse_bipartite)
     compute_pse_tensors(graphs, ["EigVals"])
-    assert calls == {"eigh": 0, "eigvalsh": 2}
+    assert calls == {"eigh": 0, "eigvalsh": 1}  # sizes 5 and 7 share one padded chunk
     calls.update(eigh=0, eigvalsh=0)
     compute_pse_tensors(graphs, ALL_PSES)
     assert calls == {"eigh": 4, "eigvalsh": 0}  # (sym + comb) x 2 groups, shared by all five spectral PSEs
@@ -319,3 +319,58 @@ def test_laplacian_from_edges_equals_from_adjacency(mixed):
         torch.testing.assert_close(lazy.comb_matrix, eager.comb_matrix, atol=0, rtol=0)
         # components from one pass over the collection: same partition, so the same null projector
         torch.testing.assert_close(lazy.null_projector, eager.null_projector, atol=0, rtol=0)
+
+
+# ------------------------------------------------------------------------------------- padded chunks
+def test_padded_chunks_equal_exact_size_chunks(mixed, monkeypatch):
+    """LapPE / EigVals alone run on padded chunks of nearby sizes; the values (raw and standardised)
+    equal those of exact-size chunks, with worker threads and without."""
+    import dataclasses
+
+    from gpse_dgl.pse import registry
+
+    graphs = mixed + [cycle(5), cycle(7), complete(6), path(2), graph(1, []), graph(6, [(0, 1), (2, 3)])]
+    padded = {w: {norm: compute_pse_tensors(graphs, ["LapPE", "EigVals"], normalize=norm, num_workers=w)
+                  for norm in (False, True)} for w in (1, 2)}
+    for name in ("LapPE", "EigVals"):
+        monkeypatch.setitem(registry.PSE_REGISTRY, name,
+                            dataclasses.replace(registry.PSE_REGISTRY[name], padded=False))
+    for norm in (False, True):
+        exact = compute_pse_tensors(graphs, ["LapPE", "EigVals"], normalize=norm, num_workers=1)
+        for w in (1, 2):
+            torch.testing.assert_close(padded[w][norm].node["LapPE"], exact.node["LapPE"], atol=1e-6, rtol=0)
+            torch.testing.assert_close(padded[w][norm].graph["EigVals"], exact.graph["EigVals"], atol=1e-7, rtol=0)
+
+
+def test_size_buckets_and_padded_chunks():
+    from gpse_dgl.pse.compute import _dense_chunks, _size_buckets
+
+    sizes = np.array([1, 2, 3, 4, 5, 8, 9, 10, 11, 20, 24, 26, 63, 64, 80])
+    assert _size_buckets(sizes, 64).tolist() == [1, 1, 1, 4, 4, 8, 8, 8, 11, 20, 20, 26, 63, 64, 80]
+    assert _size_buckets(sizes, 0).tolist() == sizes.tolist()  # no padding: exact sizes
+    chunks = list(_dense_chunks(np.array([5, 2, 4, 0, 4, 9]), dense_limit=8, chunk_bytes=2**20, pad_below=64))
+    # [2, 4, 4] share a chunk of width 4; 5 starts the next bucket; 0 nodes and 9 > dense_limit are skipped
+    assert [(n, gids.tolist()) for n, gids in chunks] == [(4, [1, 2, 4]), (5, [0])]
+
+
+def test_padded_batch_serves_only_lowest_eigenpairs():
+    from gpse_dgl.pse.spectral import DenseBatch, EdgeCollection
+
+    coll = EdgeCollection.from_graphs([path(3), path(5)])
+    with pytest.raises(ValueError, match="padded batches serve"):
+        DenseBatch.from_collection(coll, np.array([0, 1]), 5, {"comb"}, sizes=[3, 5])
+    batch = DenseBatch.from_collection(coll, np.array([0, 1]), 5, {"sym_low"}, sizes=[3, 5])
+    assert batch.node_counts.tolist() == [3, 5]
+    assert batch.sym_matrix[0, 3:, 3:].diagonal().tolist() == [3.0, 3.0]  # padding: an eigenvalue of 3
+    with pytest.raises(ValueError, match="no adjacency"):
+        batch.adj
+
+
+def test_standardize_padded_stack():
+    x = torch.randn(3, 6, 4, dtype=torch.float64)
+    sizes = [6, 4, 1]
+    out = standardize_stack(x, sizes)
+    for b, n in enumerate(sizes):
+        torch.testing.assert_close(out[b, :n], per_graph_standardize(x[b, :n], [n]), atol=1e-12, rtol=0)
+        assert torch.all(out[b, n:] == 0)
+    torch.testing.assert_close(standardize_stack(x, [6, 6, 6]), standardize_stack(x), atol=1e-12, rtol=0)

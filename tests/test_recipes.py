@@ -62,6 +62,7 @@ def test_molpcba_recipe_is_the_paper_setup():
     assert (general["clip_grad_norm"], general["batch_size"], general["num_epochs"]) == (1.0, 1024, 120)
     assert general["lr_scheduler"] == {"name": "cosine_with_warmup", "warmup_epochs": 5,
                                        "interval": "epoch"}
+    assert general["loss"] == {"regression": "l1", "graph_weight": 1.0}  # the authors' loss
     assert (model["num_layers"], model["dim_hidden"], model["dropout"], model["virtual_node"]) == \
         (20, 512, 0.2, True)
 

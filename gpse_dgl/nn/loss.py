@@ -14,6 +14,18 @@ graph predictions ``(B, K_g)`` into one zero-padded ``(N + B, K_n + K_g)`` matri
 
 Here the same quantities are computed with segment sums (no padding, no per-graph loop).
 
+Option (not in the references): ``regression="mse"`` or ``"l1+mse"`` replaces or complements the L1
+term by the mean squared error over the same entries. R^2, the pretraining metric, is a squared-error
+score, while the L1 optimum is a median: for a column that is zero in almost every graph (triangles
+and 4-, 7- and 8-cycles in molecules, and with them the odd return probabilities) L1 pulls the
+prediction to 0 everywhere.
+
+Option (not in the references): ``graph_weight`` scales every graph-level entry of the element-wise
+term and every graph-level cosine pair. With the references' weighting (1), a graph column counts once
+per graph and a node column once per node, so graph-level targets hold ~1 % of the loss of a batch of
+molecules (~19 nodes each) but 11 of the 62 columns that the pretraining R^2 averages.
+``recipes/quickstart.yaml`` uses both options (``benchmarks/RESULTS.md``, section 2c).
+
 Deviations: (1) the references form the groups with ``to_dense_batch`` on rows ordered nodes-first
 although the graph rows get the smallest group id; ``to_dense_batch`` assumes sorted ids, so there the
 graph-level rows and the node groups land in shifted slots (the graph-level group is typically split
@@ -36,7 +48,10 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["gpse_loss"]
+__all__ = ["gpse_loss", "REGRESSION_TERMS"]
+
+#: Element-wise terms :func:`gpse_loss` can add to the cosine term (``"l1"`` = the paper's).
+REGRESSION_TERMS = ("l1", "mse", "l1+mse")
 
 
 def _cos(dot, pp, tt, eps):
@@ -51,8 +66,10 @@ def gpse_loss(
     graph_true: torch.Tensor | None,
     batch_num_nodes: Sequence[int] | torch.Tensor,
     eps: float = 1e-8,
+    regression: str = "l1",
+    graph_weight: float = 1.0,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """GPSE loss ``l1 + cosine`` for a batch of graphs.
+    """GPSE loss ``l1 + cosine`` for a batch of graphs (or ``mse + cosine``, ``l1 + mse + cosine``).
 
     Parameters
     ----------
@@ -65,14 +82,23 @@ def gpse_loss(
         ``(B,)`` nodes per graph; sums to ``N``. Graphs with no nodes are allowed.
     eps : float
         Norm floor of the cosine similarity (as ``F.cosine_similarity``).
+    regression : {"l1", "mse", "l1+mse"}
+        The element-wise term: ``"l1"`` is the paper's mean absolute error. ``"mse"`` (mean squared
+        error over the same entries) targets what R^2 scores: the L1 optimum is a median, so a column
+        that is zero in most graphs (rare cycle lengths, triangle return probabilities) is predicted
+        as 0 everywhere under L1, which scores R^2 ~ 0. ``"l1+mse"`` adds both.
+    graph_weight : float
+        Weight of every graph-level entry and cosine pair relative to a node-level one (1 = the
+        references). The element-wise term keeps its denominator, so the default changes nothing.
 
     Returns
     -------
     loss : torch.Tensor
         Scalar.
     parts : dict
-        Detached scalars ``l1``, ``cosine`` (the two terms), ``node_cosine`` / ``graph_cosine`` (mean
-        ``1 - cos`` over the kept node / graph pairs, 0 if none) and ``num_pairs`` (kept pairs).
+        Detached scalars: the terms (``l1`` and/or ``mse``, and ``cosine``), ``node_cosine`` /
+        ``graph_cosine`` (mean ``1 - cos`` over the kept node / graph pairs, 0 if none) and
+        ``num_pairs`` (kept pairs).
     """
     device = node_pred.device
     bnn = torch.as_tensor(batch_num_nodes, dtype=torch.int64).to(device)
@@ -90,9 +116,18 @@ def gpse_loss(
                          f"must both have {num_graphs} rows")
     k_g = graph_pred.shape[1]
 
-    entries = (n + num_graphs) * (k_n + k_g)
-    abs_sum = (node_pred - node_true).abs().sum() + (graph_pred - graph_true).abs().sum()
-    l1 = abs_sum / entries if entries else abs_sum * 0.0
+    if regression not in REGRESSION_TERMS:
+        raise ValueError(f"regression must be one of {', '.join(REGRESSION_TERMS)}, not {regression!r}")
+    if not graph_weight >= 0:
+        raise ValueError(f"graph_weight must be >= 0, not {graph_weight!r}")
+    entries = max((n + num_graphs) * (k_n + k_g), 1)
+    node_err, graph_err = node_pred - node_true, graph_pred - graph_true
+    terms = {}
+    if regression in ("l1", "l1+mse"):
+        terms["l1"] = (node_err.abs().sum() + graph_weight * graph_err.abs().sum()) / entries
+    if regression in ("mse", "l1+mse"):
+        terms["mse"] = ((node_err ** 2).sum() + graph_weight * (graph_err ** 2).sum()) / entries
+    elementwise = sum(terms.values())
 
     seg = torch.repeat_interleave(torch.arange(num_graphs, device=device), bnn)
 
@@ -105,17 +140,22 @@ def gpse_loss(
     graph_cos = _cos((graph_pred * graph_true).sum(0), (graph_pred * graph_pred).sum(0),
                      (graph_true * graph_true).sum(0), eps)
     graph_keep = (graph_true != 0).any(0)
-    kept = torch.cat([node_cos[node_keep], graph_cos[graph_keep]])
-    cosine = 1.0 - kept.mean() if kept.numel() else l1 * 0.0
+    kept_node, kept_graph = node_cos[node_keep], graph_cos[graph_keep]
+    num_pairs = kept_node.numel() + kept_graph.numel()
+    weight = kept_node.numel() + graph_weight * kept_graph.numel()
+    if num_pairs and weight > 0:
+        cosine = 1.0 - (kept_node.sum() + graph_weight * kept_graph.sum()) / weight
+    else:
+        cosine = elementwise * 0.0
 
     def mean_or_zero(x):
         return (1.0 - x).mean().detach() if x.numel() else torch.zeros((), device=device)
 
     parts = {
-        "l1": l1.detach(),
+        **{name: term.detach() for name, term in terms.items()},
         "cosine": cosine.detach(),
-        "node_cosine": mean_or_zero(node_cos[node_keep]),
-        "graph_cosine": mean_or_zero(graph_cos[graph_keep]),
-        "num_pairs": torch.tensor(kept.numel(), device=device),
+        "node_cosine": mean_or_zero(kept_node),
+        "graph_cosine": mean_or_zero(kept_graph),
+        "num_pairs": torch.tensor(num_pairs, device=device),
     }
-    return l1 + cosine, parts
+    return elementwise + cosine, parts

@@ -6,14 +6,18 @@ by a pure-Python DFS). Here:
 1. All graphs are reduced once to one simple undirected edge list over a disjoint union
    (:class:`~gpse_dgl.pse.spectral.EdgeCollection`; directed input symmetrised, self-loops and
    multi-edges dropped).
-2. Graphs are grouped by **exact** node count (sizes cannot be mixed by padding: extra isolated nodes
-   would add eigenvalues). Each group, split into chunks that fit ``chunk_bytes``, becomes one float64
-   ``(B, n, n)`` adjacency stack built by a single scatter
-   (:class:`~gpse_dgl.pse.spectral.DenseBatch`).
+2. Graphs are grouped by **exact** node count (an isolated padding node would add an eigenvalue).
+   Each group, split into chunks that fit ``chunk_bytes``, becomes one float64 ``(B, n, n)`` stack
+   built by a single scatter (:class:`~gpse_dgl.pse.spectral.DenseBatch`). When every requested PSE
+   reads only the lowest eigenpairs of ``L_sym`` (LapPE, EigVals: ``PSESpec.padded``), graphs below 64
+   nodes of nearby sizes (within ~25 %) share a padded chunk instead: padding nodes carry an eigenvalue
+   above the spectrum and drop out exactly, and a few chunks replace dozens of small ones.
 3. Per chunk, each Laplacian is decomposed at most once (``torch.linalg.eigh`` on the stack) and shared:
    the normalised Laplacian serves LapPE, EigVals and RWSE; the combinatorial one ElstaticPE and
    HKdiagSE. Decompositions no requested PSE needs are not computed: EigVals alone uses ``eigvalsh``,
-   and LapPE / EigVals without RWSE only the lowest eigenpairs for graphs of 64+ nodes.
+   and LapPE / EigVals without RWSE only the lowest eigenpairs: from a half-size Gram eigenproblem for
+   bipartite graphs below 64 nodes (most molecules, :mod:`.bipartite`), from a partial solver for
+   graphs of 64+ nodes.
 4. Chunks of small graphs (< 128 nodes): the calling thread builds their matrices and post-processes
    them while a thread pool (``num_workers``) runs their decompositions, single-threaded, on groups of
    chunks a few groups ahead; larger chunks run one after the other with torch's intra-op threads.
@@ -119,20 +123,35 @@ def _as_graph_list(graphs) -> tuple[list, bool]:
     return graphs, False
 
 
-def _dense_chunks(num_nodes: np.ndarray, dense_limit: int, chunk_bytes: int):
-    """Yield ``(n, graph ids)`` for every same-size chunk of the graphs with ``1 <= n <= dense_limit``."""
+def _dense_chunks(num_nodes: np.ndarray, dense_limit: int, chunk_bytes: int, pad_below: int = 0):
+    """Yield ``(n, graph ids)`` for every chunk of the graphs with ``1 <= n <= dense_limit``: same-size
+    chunks, except that sizes below ``pad_below`` are bucketed (``n`` is then the bucket's largest size,
+    see :func:`_size_buckets`)."""
     order = np.argsort(num_nodes, kind="stable")
     sizes = num_nodes[order]
-    bounds = np.flatnonzero(np.diff(sizes)) + 1
+    bucket = _size_buckets(sizes, pad_below)
+    bounds = np.flatnonzero(np.diff(bucket)) + 1
     for group in np.split(order, bounds):
         if group.size == 0:
             continue
-        n = int(num_nodes[group[0]])
-        if n == 0 or n > dense_limit:
+        n = int(num_nodes[group[-1]])
+        if num_nodes[group[0]] == 0 or n > dense_limit:
             continue
         per_chunk = max(1, int(chunk_bytes // (_MATRICES_PER_GRAPH * 8 * n * n)))
         for start in range(0, group.size, per_chunk):
             yield n, group[start:start + per_chunk]
+
+
+def _size_buckets(sizes: np.ndarray, pad_below: int) -> np.ndarray:
+    """Bucket label of each (ascending) size: sizes below ``pad_below`` are grouped from the smallest up,
+    each bucket spanning ``[s, s + max(2, s // 4)]``; other sizes are buckets of their own."""
+    labels = sizes.astype(np.int64).copy()
+    start = None
+    for size in np.unique(sizes[(sizes > 0) & (sizes < pad_below)]):
+        if start is None or size > start + max(2, start // 4):
+            start = int(size)
+        labels[sizes == size] = start
+    return labels
 
 
 def _chunk_groups(chunks, budget_bytes: int):
@@ -167,11 +186,11 @@ def _blas_threads(num: Optional[int]):
     return threadpool_limits(num, user_api="blas")
 
 
-def _finish(value: torch.Tensor, standardize: bool) -> torch.Tensor:
+def _finish(value: torch.Tensor, standardize: bool, sizes=None) -> torch.Tensor:
     """float64 result of a chunk -> optionally standardised per graph -> float32 on the CPU."""
     value = value.detach().to("cpu", torch.float64)
     if standardize:
-        value = standardize_stack(value)
+        value = standardize_stack(value, sizes)
     return value.to(torch.float32)
 
 
@@ -240,20 +259,27 @@ def compute_pse_tensors(
 
         bar = tqdm(total=G, unit="graph", desc="PSEs", leave=False)
 
-    def store(spec, gids: np.ndarray, n: int, value: torch.Tensor):
-        """Write a float32 ``(B, n, dim)`` / ``(B, dim)`` result of graphs ``gids``."""
+    def store(spec, gids: np.ndarray, n: int, value: torch.Tensor, sizes=None):
+        """Write a float32 ``(B, n, dim)`` / ``(B, dim)`` result of graphs ``gids`` (of ``sizes`` nodes
+        each, when padded)."""
         if spec.level == "node":
-            rows = (coll.node_offset[gids][:, None] + np.arange(n)).reshape(-1)
-            result.node[spec.name][torch.from_numpy(rows)] = value.reshape(-1, spec.dim)
+            rows = coll.node_offset[gids][:, None] + np.arange(n)
+            if sizes is not None:  # padded chunk: real rows only
+                real = np.arange(n) < sizes[:, None]
+                rows, value = rows[real], value[torch.from_numpy(real)]
+            result.node[spec.name][torch.from_numpy(rows.reshape(-1))] = value.reshape(-1, spec.dim)
         else:
             result.graph[spec.name][torch.from_numpy(np.asarray(gids))] = value
 
     def new_batch(n: int, gids: np.ndarray) -> DenseBatch:
-        return DenseBatch.from_collection(coll, gids, n, needs, device=device)
+        sizes = num_nodes[gids]
+        return DenseBatch.from_collection(coll, gids, n, needs, device=device,
+                                          sizes=None if sizes.min() == n else sizes)
 
     def finish_chunk(n: int, gids: np.ndarray, batch: DenseBatch) -> None:
         for s in per_graph:
-            store(s, gids, n, _finish(s.dense(batch), s.level == "node" and normalize))
+            standardize = s.level == "node" and normalize
+            store(s, gids, n, _finish(s.dense(batch), standardize, batch.sizes), batch.sizes)
         if bar is not None:
             bar.update(len(gids))
 
@@ -269,7 +295,9 @@ def compute_pse_tensors(
         return value.to(torch.float32)
 
     on_cpu = device is None or torch.device(device).type == "cpu"
-    chunks = list(_dense_chunks(num_nodes, dense_limit, chunk_bytes)) if per_graph else []
+    # padded chunks only where every requested PSE reads nothing but L_sym's lowest eigenpairs, on the CPU
+    pad_below = spectral.PARTIAL_MIN_N if per_graph and all(s.padded for s in per_graph) and on_cpu else 0
+    chunks = list(_dense_chunks(num_nodes, dense_limit, chunk_bytes, pad_below)) if per_graph else []
     small = [c for c in chunks if on_cpu and c[0] < SINGLE_THREAD_BELOW]
     big = [c for c in chunks if not (on_cpu and c[0] < SINGLE_THREAD_BELOW)]
     workers = num_workers if num_workers > 0 else torch.get_num_threads()

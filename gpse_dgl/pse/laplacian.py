@@ -38,12 +38,13 @@ LAPPE_DESCRIPTION = "|eigenvectors| of the 4 smallest non-zero eigenvalues of I 
 EIGVALS_DESCRIPTION = "4 smallest non-zero eigenvalues of I - D^-1/2 A D^-1/2 (graph level)"
 
 
-def _kept_index(lam: np.ndarray, n: int, k: int = K) -> tuple[np.ndarray, np.ndarray]:
+def _kept_index(lam: np.ndarray, n, k: int = K) -> tuple[np.ndarray, np.ndarray]:
     """Flat indices ``(B, k)`` into ``lam`` of the first ``k`` eigenvalues after the zero ones, and their
     validity mask.
 
-    ``lam`` ``(B, m)`` holds the ``m <= n`` lowest eigenvalues of graphs with ``n`` nodes; when ``m < n`` it
-    covers every kept index, so an index is invalid (padding) only when it reaches ``n``. Flat indices
+    ``lam`` ``(B, m)`` holds the ``m <= n`` lowest eigenvalues of graphs with ``n`` nodes (an int, or
+    ``(B, 1)`` node counts for a padded batch); when ``m < n`` it covers every kept index, so an index is
+    invalid (padding) only when it reaches ``n``. Flat indices
     (``b * m + j``) because one fancy index into the raveled array is several times cheaper than
     ``take_along_axis`` on these small arrays.
     """
@@ -126,7 +127,7 @@ def _numpy(x: torch.Tensor) -> np.ndarray:
 def lap_pe(batch) -> torch.Tensor:
     """LapPE of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, n, 4)`` (float64, on the CPU)."""
     lam, vec = _lowest(batch, vectors=True)
-    flat, valid = _kept_index(lam, n=batch.n)
+    flat, valid = _kept_index(lam, n=batch.node_counts[:, None])
     batch_size, n, m = vec.shape
     rows = np.arange(batch_size)[:, None]
     kept = vec[rows, :, flat - rows * m].transpose(0, 2, 1)  # (B, n, k), a copy
@@ -140,7 +141,7 @@ def lap_pe(batch) -> torch.Tensor:
 def eigvals(batch) -> torch.Tensor:
     """EigVals of a :class:`~gpse_dgl.pse.spectral.DenseBatch`: ``(B, 4)`` (float64, on the CPU)."""
     lam, _ = _lowest(batch, vectors=False)
-    flat, valid = _kept_index(lam, n=batch.n)
+    flat, valid = _kept_index(lam, n=batch.node_counts[:, None])
     return torch.from_numpy(np.maximum(lam.ravel()[flat], 0.0) * valid)
 
 

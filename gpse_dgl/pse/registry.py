@@ -73,6 +73,10 @@ class PSESpec:
         Column labels (e.g. ``"k=2"``), ``dim`` of them; generated as ``"0".."dim-1"`` when omitted.
     description : str
         One line for ``--help`` texts and docs.
+    padded : bool
+        ``dense`` accepts padded batches: graphs of up to ``batch.n`` nodes, each with
+        ``batch.node_counts[b]`` real ones (its rows past that are dropped). When every requested PSE
+        does, small graphs of nearby sizes share one batch, which saves per-batch overhead.
     """
 
     name: str
@@ -84,6 +88,7 @@ class PSESpec:
     needs: tuple = ()
     columns: tuple = field(default=())
     description: str = ""
+    padded: bool = False
 
     def __post_init__(self):
         if self.level not in LEVELS:
@@ -154,14 +159,15 @@ from . import cycle_encoding, electrostatic, heat_kernel, laplacian, random_walk
 register_pse("ElstaticPE", "node", 7, dense=electrostatic.elstatic_pe, needs=("comb_pinv",),
              columns=electrostatic.COLUMNS, description=electrostatic.DESCRIPTION)
 register_pse("LapPE", "node", 4, dense=laplacian.lap_pe, sparse=laplacian.lap_pe_sparse, needs=("sym_low",),
-             columns=tuple(f"eigvec{i + 1}" for i in range(4)), description=laplacian.LAPPE_DESCRIPTION)
+             columns=tuple(f"eigvec{i + 1}" for i in range(4)), description=laplacian.LAPPE_DESCRIPTION,
+             padded=True)
 register_pse("RWSE", "node", 20, dense=random_walk.rwse, sparse=random_walk.rwse_sparse, needs=("sym",),
              columns=tuple(f"k={k}" for k in random_walk.STEPS), description=random_walk.DESCRIPTION)
 register_pse("HKdiagSE", "node", 20, dense=heat_kernel.hkdiag_se, needs=("comb",),
              columns=tuple(f"t={t}" for t in heat_kernel.TIMES), description=heat_kernel.DESCRIPTION)
 register_pse("EigVals", "graph", 4, dense=laplacian.eigvals, sparse=laplacian.eigvals_sparse,
              needs=("sym_low_values",), columns=tuple(f"lambda{i + 1}" for i in range(4)),
-             description=laplacian.EIGVALS_DESCRIPTION)
+             description=laplacian.EIGVALS_DESCRIPTION, padded=True)
 register_pse("CycleGE", "graph", 7, edges=cycle_encoding.cycle_ge,
              columns=tuple(f"len={k}" for k in cycle_encoding.LENGTHS), description=cycle_encoding.DESCRIPTION)
 

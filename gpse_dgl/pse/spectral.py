@@ -22,7 +22,8 @@ computes, lazily and once, the eigendecompositions the requested PSEs need:
   when a worker thread precomputes the decompositions (:meth:`DenseBatch.precompute`); otherwise, for
   graphs of at least :data:`PARTIAL_MIN_N` nodes on the CPU, LAPACK's MRRR solver
   (``scipy.linalg.eigh(..., subset_by_index=..., driver="evr")``) computes just those, about 5x faster
-  than a full decomposition at n = 300-1000; smaller graphs use one batched ``eigh`` / ``eigvalsh``.
+  than a full decomposition at n = 300-1000; smaller graphs use one batched ``eigh`` / ``eigvalsh``,
+  and, when they are bipartite (most molecules), one of half the size (:mod:`.bipartite`).
 * ``comb``: the combinatorial Laplacian :math:`L = D - A = V M V^\top`; serves HKdiagSE, and ElstaticPE
   through the pseudo-inverse :math:`L^+ = \sum_{\mu_i \neq 0} \mu_i^{-1} v_i v_i^\top` when it is
   computed anyway.
@@ -53,6 +54,7 @@ import torch
 from .. import _env  # noqa: F401
 from ..utils.errors import GPSEError
 from ..utils.graph import simple_edges
+from . import bipartite as _bipartite
 
 __all__ = ["EdgeCollection", "DenseBatch", "SparseGraph"]
 
@@ -144,6 +146,11 @@ class EdgeCollection:
         return (np.bincount(self.u, minlength=total) + np.bincount(self.v, minlength=total)).astype(np.float64)
 
     @functools.cached_property
+    def bipartition(self) -> "_bipartite.Bipartition":
+        """Two-colouring of every graph (:func:`gpse_dgl.pse.bipartite.bipartition`), computed once."""
+        return _bipartite.bipartition(self.num_nodes, self.u, self.v)
+
+    @functools.cached_property
     def components(self) -> np.ndarray:
         """int64 ``(N,)`` connected-component label of every node (unique across the collection)."""
         import scipy.sparse as sp
@@ -178,9 +185,13 @@ class EdgeCollection:
         view[batch, lv, lu] = 1.0
         return adj if device is None else adj.to(device)
 
-    def dense_sym_laplacian(self, gids: np.ndarray, n: int, device=None) -> torch.Tensor:
+    def dense_sym_laplacian(self, gids: np.ndarray, n: int, device=None, sizes=None) -> torch.Tensor:
         """float64 ``(B, n, n)`` normalised Laplacians ``I - D^-1/2 A D^-1/2`` of graphs ``gids``, straight from
-        the edge list (no adjacency stack; isolated nodes keep 1 on the diagonal)."""
+        the edge list (no adjacency stack; isolated nodes keep 1 on the diagonal).
+
+        ``sizes`` (``(B,)``, each ``<= n``): graphs with fewer nodes are padded with nodes that have
+        :data:`PAD_DIAGONAL` on the diagonal and nothing else: an eigenvalue above the spectrum (which
+        lies in [0, 2]) whose eigenvectors live on the padding alone."""
         batch, lu, lv, u, v = self._local_edges(np.asarray(gids, dtype=np.int64))
         weight = -1.0 / np.sqrt(self.degree[u] * self.degree[v])
         # filled through a numpy view of a torch buffer, not np.zeros: torch aligns every buffer to 64
@@ -189,16 +200,22 @@ class EdgeCollection:
         view = lap.numpy()
         view[batch, lu, lv] = weight
         view[batch, lv, lu] = weight
-        view.reshape(len(gids), n * n)[:, ::n + 1] = 1.0
+        diagonal = view.reshape(len(gids), n * n)[:, ::n + 1]
+        diagonal[...] = 1.0
+        if sizes is not None:
+            diagonal[np.arange(n) >= np.asarray(sizes)[:, None]] = PAD_DIAGONAL
         return lap if device is None else lap.to(device)
 
 
 #: Up to this many nodes, ``comb_pinv`` comes from a Cholesky factorisation instead of eigenpairs.
 PINV_SOLVE_MAX_N = 1000
-#: From this many nodes on (CPU), LapPE / EigVals without RWSE use the partial MRRR eigensolver.
+#: From this many nodes on (CPU), LapPE / EigVals without RWSE use the partial MRRR eigensolver; below it,
+#: bipartite graphs use the half-size Gram eigenproblem (:mod:`.bipartite`).
 PARTIAL_MIN_N = 64
 #: Padding eigenvalue of partial results (above the spectrum of L_sym, which lies in [0, 2]).
-_PAD_EIGVAL = 3.0
+_PAD_EIGVAL = _bipartite.PAD_EIGVAL
+#: Diagonal entry of the padding nodes of padded ``L_sym`` stacks (an eigenvalue above the spectrum).
+PAD_DIAGONAL = _bipartite.PAD_EIGVAL
 
 
 def lowest_eigenpairs(mat: np.ndarray, k: int, zero_tol: float, cluster_tol: float, vectors: bool = True):
@@ -266,6 +283,7 @@ class DenseBatch:
         self.adj = adj  # shadows the lazy ``adj`` property below
         self._shape = (adj.shape[0], adj.shape[-1])
         self._source = None  # (collection, gids, device) of from_collection()
+        self.sizes = None  # per-graph node counts of a padded batch (from_collection(sizes=...))
         self.needs = frozenset(needs)
         self._low = {}
         self._ready = {}
@@ -274,18 +292,33 @@ class DenseBatch:
 
     @classmethod
     def from_collection(cls, collection: EdgeCollection, gids: np.ndarray, n: int, needs=(),
-                        device=None) -> "DenseBatch":
+                        device=None, sizes=None) -> "DenseBatch":
         """The graphs ``gids`` (all with ``n`` nodes) of ``collection``. Dense matrices are built from the
-        edge list when first read: PSEs that only need ``L_sym`` (LapPE, EigVals) never build ``A``."""
+        edge list when first read: PSEs that only need ``L_sym`` (LapPE, EigVals) never build ``A``.
+
+        ``sizes``: a padded batch of graphs with ``sizes[b] <= n`` nodes. Only ``L_sym`` and its lowest
+        eigenpairs (``sym_low`` / ``sym_low_values``) are defined for it; see ``PSESpec.padded``.
+        """
         batch = cls(torch.empty(len(gids), 0, 0), needs)
         del batch.adj  # built on first use instead
         batch._shape = (len(gids), int(n))
         batch._source = (collection, gids, device)
+        if sizes is not None:
+            if not set(needs) <= {"sym_low", "sym_low_values"}:
+                raise ValueError(f"padded batches serve sym_low / sym_low_values only, not {sorted(needs)}")
+            batch.sizes = np.asarray(sizes, dtype=np.int64)
         return batch
+
+    @property
+    def node_counts(self) -> np.ndarray:
+        """int64 ``(B,)`` real nodes of every graph (``n`` unless the batch is padded)."""
+        return self.sizes if self.sizes is not None else np.full(self.batch_size, self.n, dtype=np.int64)
 
     @functools.cached_property
     def adj(self) -> torch.Tensor:
         """float64 ``(B, n, n)`` adjacency (given to the constructor, or built by :meth:`from_collection`)."""
+        if self.sizes is not None:
+            raise ValueError("a padded batch has no adjacency stack (only L_sym is defined for it)")
         collection, gids, device = self._source
         return collection.dense_adjacency(gids, self.n, device=device)
 
@@ -294,6 +327,8 @@ class DenseBatch:
         jobs = []
         if "sym" in self.needs:
             jobs.append(("sym", torch.linalg.eigh, (self.sym_matrix,)))
+        elif self._gram_split is not None and self.needs & {"sym_low", "sym_low_values"}:
+            jobs += self._gram_split.jobs(vectors="sym_low" in self.needs)
         elif "sym_low" in self.needs:  # all eigenpairs: off the main thread, the partial solver's gain is moot
             jobs.append(("sym_low", torch.linalg.eigh, (self.sym_matrix,)))
         elif "sym_low_values" in self.needs:
@@ -352,7 +387,7 @@ class DenseBatch:
         """``(B, n, n)`` normalised Laplacian I - D^-1/2 A D^-1/2 (isolated nodes keep 1 on the diagonal)."""
         if self._source is not None:  # from_collection(): straight from the edges (whatever was built before)
             collection, gids, device = self._source
-            return collection.dense_sym_laplacian(gids, self.n, device=device)
+            return collection.dense_sym_laplacian(gids, self.n, device=device, sizes=self.sizes)
         s = torch.sqrt(self.inv_deg)
         lap = -(s.unsqueeze(-1) * self.adj * s.unsqueeze(-2))
         lap.diagonal(dim1=-2, dim2=-1).add_(1.0)
@@ -380,7 +415,22 @@ class DenseBatch:
             self._low[key] = self._compute_lowest(k, zero_tol, cluster_tol, vectors)
         return self._low[key]
 
+    @functools.cached_property
+    def _gram_split(self):
+        """:class:`.bipartite.GramSplit` of this batch when LapPE / EigVals take the half-size path for
+        its bipartite graphs; None when the path does not apply: no bipartite graph with an edge,
+        matrices not built from a collection, not on the CPU, or ``n >= PARTIAL_MIN_N``."""
+        if self._source is None or self.n >= PARTIAL_MIN_N:
+            return None
+        collection, gids, device = self._source
+        if device is not None and torch.device(device).type != "cpu":
+            return None
+        split = _bipartite.GramSplit(collection, gids, self.n, self.sizes)
+        return split if split.rows.any() else None
+
     def _compute_lowest(self, k, zero_tol, cluster_tol, vectors):
+        if self._gram_split is not None:
+            return self._gram_split.lowest(self._result, k, zero_tol, cluster_tol, vectors)
         mat = self.sym_matrix
         if self.n < PARTIAL_MIN_N or mat.device.type != "cpu" or "sym_low" in self._ready \
                 or "sym_low_values" in self._ready:

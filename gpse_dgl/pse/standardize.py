@@ -58,17 +58,27 @@ def per_graph_standardize(x: torch.Tensor, batch_num_nodes) -> torch.Tensor:
     return out.squeeze(-1) if squeeze else out
 
 
-def standardize_stack(x: torch.Tensor) -> torch.Tensor:
-    """:func:`per_graph_standardize` for ``B`` graphs of equal size stored as ``(B, n, d)``.
+def standardize_stack(x: torch.Tensor, sizes=None) -> torch.Tensor:
+    """:func:`per_graph_standardize` for ``B`` graphs stored as ``(B, n, d)``: all of size ``n``, or of
+    ``sizes[b] <= n`` nodes each (a padded stack; its padding rows come out as 0).
 
-    The batched driver standardises each same-size batch in float64 before casting to float32, so the
-    result does not lose the precision a later float32 standardisation would.
+    The batched driver standardises each batch in float64 before casting to float32, so the result does
+    not lose the precision a later float32 standardisation would.
     """
     n = x.shape[-2]
     xd = torch.nan_to_num(x.to(torch.float64), nan=0.0)
-    centred = xd - xd.mean(dim=-2, keepdim=True)
+    if sizes is None:
+        count = torch.full((x.shape[0], 1, 1), float(n), dtype=torch.float64)
+        real = None
+    else:
+        count = torch.as_tensor(sizes, dtype=torch.float64).reshape(-1, 1, 1)
+        real = (torch.arange(n).reshape(1, n, 1) < count).to(torch.float64)
+        xd = xd * real
+    centred = xd - xd.sum(dim=-2, keepdim=True) / count.clamp_min(1.0)
+    if real is not None:
+        centred = centred * real
     ss = (centred * centred).sum(dim=-2, keepdim=True)
-    var_unbiased = ss / (n - 1) if n > 1 else torch.zeros_like(ss)
-    scale = torch.where(var_unbiased < VAR_TOL, torch.zeros_like(ss), 1.0 / torch.sqrt(ss / max(n, 1) + EPS))
+    var_unbiased = torch.where(count > 1, ss / (count - 1).clamp_min(1.0), torch.zeros_like(ss))
+    scale = torch.where(var_unbiased < VAR_TOL, torch.zeros_like(ss), 1.0 / torch.sqrt(ss / count.clamp_min(1.0) + EPS))
     out = torch.nan_to_num(centred * scale, nan=0.0, posinf=0.0, neginf=0.0)
     return out.to(x.dtype)
