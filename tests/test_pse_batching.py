@@ -374,3 +374,14 @@ def test_standardize_padded_stack():
         torch.testing.assert_close(out[b, :n], per_graph_standardize(x[b, :n], [n]), atol=1e-12, rtol=0)
         assert torch.all(out[b, n:] == 0)
     torch.testing.assert_close(standardize_stack(x, [6, 6, 6]), standardize_stack(x), atol=1e-12, rtol=0)
+
+
+def test_torch_thread_setting_is_restored(mixed):
+    """Worker threads run LAPACK single-threaded; torch's (process-wide) setting comes back afterwards."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        compute_pse_tensors(mixed[:20], ["LapPE", "RWSE"], num_workers=2)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

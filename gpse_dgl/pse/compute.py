@@ -70,6 +70,8 @@ DEFAULT_CHUNK_BYTES = 32 * 2**20
 _MATRICES_PER_GRAPH = 12
 #: Below this many nodes per graph the dense work runs with one intra-op thread (see _intra_op_threads).
 SINGLE_THREAD_BELOW = 128
+# padded buckets (see _size_buckets) start at size s and span s + max(2, s // _BUCKET_SPAN)
+_BUCKET_SPAN = 4
 
 
 @contextlib.contextmanager
@@ -148,7 +150,7 @@ def _size_buckets(sizes: np.ndarray, pad_below: int) -> np.ndarray:
     labels = sizes.astype(np.int64).copy()
     start = None
     for size in np.unique(sizes[(sizes > 0) & (sizes < pad_below)]):
-        if start is None or size > start + max(2, start // 4):
+        if start is None or size > start + max(2, start // _BUCKET_SPAN):
             start = int(size)
         labels[sizes == size] = start
     return labels
@@ -296,7 +298,7 @@ def compute_pse_tensors(
 
     on_cpu = device is None or torch.device(device).type == "cpu"
     # padded chunks only where every requested PSE reads nothing but L_sym's lowest eigenpairs, on the CPU
-    pad_below = spectral.PARTIAL_MIN_N if per_graph and all(s.padded for s in per_graph) and on_cpu else 0
+    pad_below = spectral.GRAM_MAX_N if per_graph and all(s.padded for s in per_graph) and on_cpu else 0
     chunks = list(_dense_chunks(num_nodes, dense_limit, chunk_bytes, pad_below)) if per_graph else []
     small = [c for c in chunks if on_cpu and c[0] < SINGLE_THREAD_BELOW]
     big = [c for c in chunks if not (on_cpu and c[0] < SINGLE_THREAD_BELOW)]

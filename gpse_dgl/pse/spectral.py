@@ -212,6 +212,9 @@ PINV_SOLVE_MAX_N = 1000
 #: From this many nodes on (CPU), LapPE / EigVals without RWSE use the partial MRRR eigensolver; below it,
 #: bipartite graphs use the half-size Gram eigenproblem (:mod:`.bipartite`).
 PARTIAL_MIN_N = 64
+#: Below this many nodes, LapPE / EigVals (without RWSE) solve bipartite graphs through their half-size Gram
+#: matrix (:mod:`.bipartite`), and graphs of nearby sizes share padded batches (:mod:`.compute`).
+GRAM_MAX_N = 64
 #: Padding eigenvalue of partial results (above the spectrum of L_sym, which lies in [0, 2]).
 _PAD_EIGVAL = _bipartite.PAD_EIGVAL
 #: Diagonal entry of the padding nodes of padded ``L_sym`` stacks (an eigenvalue above the spectrum).
@@ -420,7 +423,7 @@ class DenseBatch:
         """:class:`.bipartite.GramSplit` of this batch when LapPE / EigVals take the half-size path for
         its bipartite graphs; None when the path does not apply: no bipartite graph with an edge,
         matrices not built from a collection, not on the CPU, or ``n >= PARTIAL_MIN_N``."""
-        if self._source is None or self.n >= PARTIAL_MIN_N:
+        if self._source is None or self.n >= GRAM_MAX_N:
             return None
         collection, gids, device = self._source
         if device is not None and torch.device(device).type != "cpu":
