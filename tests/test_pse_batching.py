@@ -351,6 +351,9 @@ def test_size_buckets_and_padded_chunks():
     chunks = list(_dense_chunks(np.array([5, 2, 4, 0, 4, 9]), dense_limit=8, chunk_bytes=2**20, pad_below=64))
     # [2, 4, 4] share a chunk of width 4; 5 starts the next bucket; 0 nodes and 9 > dense_limit are skipped
     assert [(n, gids.tolist()) for n, gids in chunks] == [(4, [1, 2, 4]), (5, [0])]
+    # a bucket never reaches past dense_limit (graphs above it take the sparse path)
+    chunks = list(_dense_chunks(np.array([18, 20, 21, 22]), dense_limit=20, chunk_bytes=2**20, pad_below=64))
+    assert [(n, gids.tolist()) for n, gids in chunks] == [(20, [0, 1])]
 
 
 def test_padded_batch_serves_only_lowest_eigenpairs():

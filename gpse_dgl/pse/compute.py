@@ -131,7 +131,7 @@ def _dense_chunks(num_nodes: np.ndarray, dense_limit: int, chunk_bytes: int, pad
     see :func:`_size_buckets`)."""
     order = np.argsort(num_nodes, kind="stable")
     sizes = num_nodes[order]
-    bucket = _size_buckets(sizes, pad_below)
+    bucket = _size_buckets(sizes, min(pad_below, dense_limit + 1))  # no bucket reaches past the limit
     bounds = np.flatnonzero(np.diff(bucket)) + 1
     for group in np.split(order, bounds):
         if group.size == 0:
@@ -146,7 +146,7 @@ def _dense_chunks(num_nodes: np.ndarray, dense_limit: int, chunk_bytes: int, pad
 
 def _size_buckets(sizes: np.ndarray, pad_below: int) -> np.ndarray:
     """Bucket label of each (ascending) size: sizes below ``pad_below`` are grouped from the smallest up,
-    each bucket spanning ``[s, s + max(2, s // 4)]``; other sizes are buckets of their own."""
+    each bucket spanning ``[s, s + max(2, s // _BUCKET_SPAN)]``; other sizes are buckets of their own."""
     labels = sizes.astype(np.int64).copy()
     start = None
     for size in np.unique(sizes[(sizes > 0) & (sizes < pad_below)]):

@@ -209,8 +209,7 @@ class EdgeCollection:
 
 #: Up to this many nodes, ``comb_pinv`` comes from a Cholesky factorisation instead of eigenpairs.
 PINV_SOLVE_MAX_N = 1000
-#: From this many nodes on (CPU), LapPE / EigVals without RWSE use the partial MRRR eigensolver; below it,
-#: bipartite graphs use the half-size Gram eigenproblem (:mod:`.bipartite`).
+#: From this many nodes on (CPU), LapPE / EigVals without RWSE use the partial MRRR eigensolver.
 PARTIAL_MIN_N = 64
 #: Below this many nodes, LapPE / EigVals (without RWSE) solve bipartite graphs through their half-size Gram
 #: matrix (:mod:`.bipartite`), and graphs of nearby sizes share padded batches (:mod:`.compute`).
@@ -421,8 +420,9 @@ class DenseBatch:
     @functools.cached_property
     def _gram_split(self):
         """:class:`.bipartite.GramSplit` of this batch when LapPE / EigVals take the half-size path for
-        its bipartite graphs; None when the path does not apply: no bipartite graph with an edge,
-        matrices not built from a collection, not on the CPU, or ``n >= PARTIAL_MIN_N``."""
+        its bipartite graphs; None when the path does not apply: no bipartite graph with at least
+        ``bipartite.MIN_GRAM_SIZE`` nodes on its smaller side, matrices not built from a collection,
+        not on the CPU, or ``n >= GRAM_MAX_N``."""
         if self._source is None or self.n >= GRAM_MAX_N:
             return None
         collection, gids, device = self._source
