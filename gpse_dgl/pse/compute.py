@@ -333,9 +333,14 @@ def compute_pse_tensors(
     for s, value in zip(whole, whole_values):
         (result.node if s.level == "node" else result.graph)[s.name] = value
 
-    # 2) larger chunks, one after the other with torch's intra-op threads (threaded LAPACK pays there)
-    for n, gids in big:
-        finish_chunk(n, gids, new_batch(n, gids))
+    # 2) larger chunks, one after the other with torch's intra-op threads (threaded LAPACK pays there).
+    #    When only the lowest eigenpairs are needed, scipy's partial solver (OpenBLAS) does the work and
+    #    torch only builds and post-processes small arrays; torch's OpenMP threads, spinning after each op,
+    #    then compete with OpenBLAS's own (2.4x slower at n = 300, 2 cores), so torch runs on one thread.
+    partial_only = on_cpu and bool(needs) and needs <= {"sym_low", "sym_low_values"}
+    with _intra_op_threads(1 if partial_only else None):
+        for n, gids in big:
+            finish_chunk(n, gids, new_batch(n, gids))
 
     # 3) graphs above the dense limit, one by one through the sparse paths
     for gid in large:
