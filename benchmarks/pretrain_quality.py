@@ -32,7 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpse_dgl.train import checkpoint as ckpt  # noqa: E402
 from gpse_dgl.train import pretrain as pt  # noqa: E402
 from gpse_dgl.train.data import build_pretraining_data  # noqa: E402
-from gpse_dgl.train.metrics import R2Accumulator, group_scores  # noqa: E402
+from gpse_dgl.train.metrics import R2Accumulator  # noqa: E402
 from gpse_dgl.recipes import validate_recipe  # noqa: E402
 
 # the paper's table pse_perf: test R^2 of the 20 x 512 model trained on 5 % of MolPCBA (16,177 graphs)
@@ -40,8 +40,11 @@ PAPER_TEST = {"ElstaticPE": 0.964, "LapPE": 0.973, "RWSE": 0.984, "HKdiagSE": 0.
               "CycleGE": 0.977, "Overall": 0.979}
 
 
-def evaluate(model, batches, data, seed: int, dim_in: int, mode: str) -> list[float]:
-    """Per-column R^2 (node columns first) of ``model`` on ``batches`` with inputs of kind ``mode``."""
+def evaluate(model, batches, data, seed: int, dim_in: int, mode: str) -> dict:
+    """R^2 report (:meth:`R2Accumulator.compute`: ``r2``, ``r2_per_pse``, ``r2_per_column``) of ``model``
+    on ``batches`` with inputs of kind ``mode``."""
+    if mode == "seeded":  # exactly what gpse-dgl pretrain reports
+        return pt.evaluate(model, batches, data, seed, torch.device("cpu"), dim_in)
     accumulator = R2Accumulator(data.columns, data.num_node_columns)
     feature_seed = pt.derive_seed(seed, "evaluation features")
     with torch.no_grad():
@@ -54,10 +57,10 @@ def evaluate(model, batches, data, seed: int, dim_in: int, mode: str) -> list[fl
                            for d in range(draws)]
                 node_pred = sum(o[0] for o in outputs) / draws
                 graph_pred = sum(o[1] for o in outputs) / draws
-            else:  # "seeded": what gpse-dgl pretrain reports
-                node_pred, graph_pred = model(graph, pt.evaluation_features(graph, dim_in, feature_seed))
+            else:
+                raise SystemExit(f"unknown --input {mode!r}: use seeded, zeros or mean-of-K")
             accumulator.update(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes())
-    return accumulator.column_scores()[0]
+    return accumulator.compute()
 
 
 def scored_graphs(collection, num_node_columns: int) -> list[int]:
@@ -98,26 +101,19 @@ def main(argv=None):
     modes = args.input or ["seeded"]
     print(f"checkpoint {path} (epoch {payload.get('best_epoch', payload.get('epoch'))}); "
           f"splits {len(data.splits['val'])} / {len(data.splits['test'])} graphs")
-    scores = {(mode, split): evaluate(model, batches[split], data, recipe["seed"], dim_in, mode)
-              for mode in modes for split in ("val", "test")}
+    reports = {(mode, split): evaluate(model, batches[split], data, recipe["seed"], dim_in, mode)
+               for mode in modes for split in ("val", "test")}
     header = " ".join(f"{mode[:10] + ' ' + split:>16}" for mode in modes for split in ("val", "test"))
     print(f"\n{'PSE':<11} {header} {'paper test':>11}")
     for name in list(dict.fromkeys(n for n, _ in data.columns)) + ["Overall"]:
-        row = []
-        for key in scores:
-            r2 = scores[key]
-            if name == "Overall":
-                kept = [s for s in r2 if s == s]
-                row.append(sum(kept) / len(kept))
-            else:
-                row.append(group_scores(r2, data.columns)[name])
+        row = [report["r2"] if name == "Overall" else report["r2_per_pse"][name] for report in reports.values()]
         print(f"{name:<11} " + " ".join(f"{v:>16.4f}" for v in row) + f" {PAPER_TEST.get(name, float('nan')):>11.4f}")
     if args.columns:
         counts = {split: scored_graphs(data.splits[split], data.num_node_columns) for split in ("val", "test")}
         print(f"\n{'column':<14} " + " ".join(f"{mode[:10] + ' ' + split:>16}" for mode in modes
                                               for split in ("val", "test")) + "   scored graphs (val / test)")
         for i, (name, column) in enumerate(data.columns):
-            values = " ".join(f"{scores[key][i]:>16.3f}" for key in scores)
+            values = " ".join(f"{report['r2_per_column'][i]:>16.3f}" for report in reports.values())
             print(f"{name + '[' + str(column) + ']':<14} {values}   {counts['val'][i]} / {counts['test'][i]}")
 
 

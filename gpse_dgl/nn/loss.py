@@ -24,7 +24,7 @@ Option (not in the references): ``graph_weight`` scales every graph-level entry 
 term and every graph-level cosine pair. With the references' weighting (1), a graph column counts once
 per graph and a node column once per node, so graph-level targets hold ~1 % of the loss of a batch of
 molecules (~19 nodes each) but 11 of the 62 columns that the pretraining R^2 averages.
-``recipes/quickstart.yaml`` uses both options (``benchmarks/RESULTS.md``, section 2c).
+``recipes/quickstart.yaml`` uses both options (``benchmarks/RESULTS.md``, section 2b).
 
 Deviations: (1) the references form the groups with ``to_dense_batch`` on rows ordered nodes-first
 although the graph rows get the smallest group id; ``to_dense_batch`` assumes sorted ids, so there the

@@ -233,8 +233,8 @@ class GramSplit:
             index = np.flatnonzero(self.rows)[redo]
             matrix = self.collection.dense_sym_laplacian(self.gids[index], self.n, sizes=self._sizes(index))
             full.append((index, torch.linalg.eigh(matrix) if vectors else torch.linalg.eigvalsh(matrix)))
-        m = self.n if full else int(need[keep].max())
-        m_gram = int(need[keep].max()) if keep.size else 0
+        m_gram = int(need[keep].max()) if keep.size else 0  # columns the Gram-path graphs need
+        m = self.n if full else m_gram
         lam_all = torch.full((len(self.gids), m), PAD_EIGVAL, dtype=torch.float64)
         vec_all = torch.zeros(len(self.gids), self.n, m, dtype=torch.float64) if vectors else None
         gram_rows = np.flatnonzero(self.rows)[keep]
