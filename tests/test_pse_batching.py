@@ -388,3 +388,48 @@ def test_torch_thread_setting_is_restored(mixed):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_worker_pool_is_reused_per_process(mixed, monkeypatch):
+    """One pool per (process, size) across calls; a forked child (other pid) gets its own."""
+    from gpse_dgl.pse import compute as compute_module
+
+    pool = compute_module._worker_pool(2)
+    assert compute_module._worker_pool(2) is pool
+    compute_pse_tensors(mixed[:10], ["LapPE"], num_workers=2)
+    assert compute_module._worker_pool(2) is pool
+    real_pid = compute_module.os.getpid()
+    monkeypatch.setattr(compute_module.os, "getpid", lambda: real_pid + 1)
+    child = compute_module._worker_pool(2)
+    assert child is not pool and all(key[0] == real_pid + 1 for key in compute_module._POOLS)
+
+
+def test_worker_error_propagates_and_pool_survives(mixed, monkeypatch):
+    """A failing decomposition on a worker raises in the caller; the next call works normally."""
+    from gpse_dgl.pse import compute as compute_module
+
+    expected = compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
+
+    def broken(batches):
+        raise RuntimeError("LAPACK failed")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(compute_module, "_precompute_all", broken)
+        with pytest.raises(RuntimeError, match="LAPACK failed"):
+            compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
+    again = compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
+    assert torch.equal(again.node["LapPE"], expected.node["LapPE"])
+
+
+def test_node_counts_from_frames_checked_against_union(mixed):
+    """Node counts read from node frames must add up to the union's node count; if not, the public
+    per-graph path is used and the result is unchanged."""
+    from gpse_dgl.pse import spectral
+
+    graphs = [g.clone() for g in mixed[:6]]
+    fast = spectral._union_edges(graphs)
+    assert fast is not None and fast[0].tolist() == [g.num_nodes() for g in graphs]
+    graphs[2]._node_frames[0]._num_rows += 1  # a frame out of step with its graph
+    assert spectral._union_edges(graphs) is None
+    coll = spectral.EdgeCollection.from_graphs(graphs)
+    assert coll.num_nodes.tolist() == [g._graph.num_nodes(0) for g in graphs]

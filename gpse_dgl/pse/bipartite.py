@@ -184,8 +184,7 @@ class GramSplit:
         s_rows = torch.zeros(len(gids), p_max, n, dtype=torch.float64)
         s_rows.numpy()[batch, slot, other] = weight
         gram = torch.bmm(s_rows, s_rows.transpose(1, 2))
-        # the same entries as an edge list, for B^T u in _vectors: (graph, Gram-side slot, other end, weight)
-        self._edges = (batch, slot, other, weight)
+        self._s_rows = s_rows  # kept for B^T u in _vectors
         self.real = np.arange(p_max) < self.p[:, None]  # (B, p_max): the slot holds a node
         gram.diagonal(dim1=-2, dim2=-1).numpy()[~self.real] = _GRAM_PAD
         self._gram = gram
@@ -251,18 +250,12 @@ class GramSplit:
 
     def _vectors(self, u: np.ndarray, lam: np.ndarray, keep: np.ndarray, m: int) -> np.ndarray:
         """Unit eigenvectors ``(len(keep), n, m)`` of the first ``m`` Gram pairs of graphs ``keep``."""
-        batch, p_max, n = u.shape[0], u.shape[1], self.n
-        x = u[:, :, ::-1][:, :, :m] * self.real[:, :, None]  # (B, p_max, m); padding rows exactly 0
-        sigma = np.maximum(1.0 - lam[:, :m], SIGMA_MIN)  # padding / tiny sigma: columns never read
-        # other side: (B^T x / sigma)[q] = sum over the edges (p, q) of S_pq x[p] / sigma, one scatter-add
-        graph, slot, other, weight = self._edges
-        contrib = torch.from_numpy(x.reshape(batch * p_max, m)[graph * p_max + slot] * weight[:, None])
-        vec = torch.zeros(batch * n, m, dtype=torch.float64)
-        vec.index_add_(0, torch.from_numpy(graph * n + other), contrib)
-        vec = vec.numpy().reshape(batch, n, m)[keep]
-        vec /= sigma[keep, None, :]
-        real = self.real[keep]
-        row, col = np.nonzero(real)
-        vec[row, self.slot_node[keep][row, col], :] = x[keep][row, col, :]  # the Gram side: x itself
-        vec *= _SQRT_HALF
+        x = u[:, :, ::-1][:, :, :m][keep] * self.real[keep][:, :, None]  # (K, p_max, m); padding rows 0
+        # the 1/sqrt(2) of the unit eigenvector folded into both sides
+        scale = _SQRT_HALF / np.maximum(1.0 - lam[keep, :m], SIGMA_MIN)  # tiny sigma: never read
+        # other side: B^T x / sigma, with the rows of B stored as rows of S over all n nodes (one bmm)
+        vec = torch.bmm(self._s_rows[torch.from_numpy(keep)].transpose(1, 2), torch.from_numpy(x)).numpy()
+        vec *= scale[:, None, :]
+        row, col = np.nonzero(self.real[keep])
+        vec[row, self.slot_node[keep][row, col], :] = x[row, col, :] * _SQRT_HALF  # the Gram side: x
         return vec
