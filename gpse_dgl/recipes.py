@@ -41,6 +41,8 @@ from .utils.errors import RecipeError
 _DEFAULT_NODE_TARGETS = ("ElstaticPE", "LapPE", "RWSE", "HKdiagSE")
 _DEFAULT_GRAPH_TARGETS = ("EigVals", "CycleGE")
 BUILTIN_SOURCES = ("embedded-molecules", "smiles")
+# = nn.loss.REGRESSION_TERMS (not imported here: it would load torch; a test keeps them equal)
+REGRESSION_CHOICES = ("l1", "mse", "l1+mse")
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,7 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
         "loss": {
             "regression": Field("choice", "l1", "element-wise term added to the per-graph cosine "
                                 "term: l1 (paper), mse (what R^2 scores) or l1+mse",
-                                choices=("l1", "mse", "l1+mse")),
+                                choices=REGRESSION_CHOICES),
             "graph_weight": Field("number", 1.0, "weight of each graph-level entry and cosine pair "
                                   "relative to a node-level one (1 = paper)", minimum=0.0),
         },

@@ -253,3 +253,10 @@ def test_cli_help_has_an_example(capsys):
         assert exc.code in (0, None)
     text = capsys.readouterr().out
     assert "gpse-dgl pretrain recipes/quickstart.yaml" in text and "--resume" in text
+
+
+def test_loss_choices_match_the_loss_function():
+    """The recipe schema lists the loss's regression terms without importing torch; they must agree."""
+    from gpse_dgl.nn.loss import REGRESSION_TERMS
+
+    assert PRETRAIN_SCHEMA["general_pipeline"]["loss"]["regression"].choices == REGRESSION_TERMS
