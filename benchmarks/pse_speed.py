@@ -12,7 +12,7 @@ Datasets:
 
 Rows: each PSE alone and all of them together (``all``), as ``graphs/s`` of
 :func:`gpse_dgl.pse.compute_pses` (writing ``ndata`` included; best of ``--repeats`` runs on fresh graph
-clones), of the per-graph baseline :mod:`gpse_dgl.pse.reference` (dense numpy per graph and per PSE,
+clones, alternating with the baseline's runs), of the per-graph baseline :mod:`gpse_dgl.pse.reference` (dense numpy per graph and per PSE,
 networkx for cycles; timed on the same graphs, or on a seeded uniform sample of ``--baseline-graphs``
 of them, best of ``--baseline-repeats`` runs), and, for LapPE and RWSE, of PyG's ``AddLaplacianEigenvectorPE(k=4)`` (default
 ``is_undirected=False`` -> general ``numpy.linalg.eig``; and ``is_undirected=True`` -> ``eigh``) and
@@ -70,28 +70,37 @@ REF_FUNCS = {
 }
 
 
-def time_ours(graphs, names, repeats: int) -> float:
-    """Best wall time of compute_pses over fresh clones (clone time excluded)."""
-    best = float("inf")
-    for _ in range(repeats):
-        fresh = [g.clone() for g in graphs]
-        start = CLOCK()
-        compute_pses(fresh, names)
-        best = min(best, CLOCK() - start)
-    return best
+def run_ours(graphs, names) -> float:
+    """Wall time of one compute_pses call on fresh clones (clone time excluded)."""
+    fresh = [g.clone() for g in graphs]
+    start = CLOCK()
+    compute_pses(fresh, names)
+    return CLOCK() - start
 
 
-def time_baseline(graphs, names, repeats: int = 1) -> float:
-    """Per-graph reference: dense adjacency, then each PSE's plain implementation (best of ``repeats``)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = CLOCK()
-        for g in graphs:
-            adj = ref.dense_adjacency(g)
-            for name in names:
-                REF_FUNCS[name](adj)
-        best = min(best, CLOCK() - start)
-    return best
+def run_baseline(graphs, names) -> float:
+    """Wall time of the per-graph reference: dense adjacency, then each PSE's plain implementation."""
+    start = CLOCK()
+    for g in graphs:
+        adj = ref.dense_adjacency(g)
+        for name in names:
+            REF_FUNCS[name](adj)
+    return CLOCK() - start
+
+
+def time_interleaved(graphs, base, names, repeats: int, baseline_repeats: int) -> tuple[float, float]:
+    """Best times ``(ours, baseline)`` of ``repeats`` / ``baseline_repeats`` runs, taken in alternation.
+
+    Alternating the two sides (ours, baseline, ours, ...) spreads the runs of each over the same stretch
+    of time, so a slow spell of a shared machine lands on both sides instead of on all runs of one.
+    """
+    best_ours = best_base = float("inf")
+    for i in range(max(repeats, baseline_repeats if base else 0)):
+        if i < repeats:
+            best_ours = min(best_ours, run_ours(graphs, names))
+        if base and i < baseline_repeats:
+            best_base = min(best_base, run_baseline(base, names))
+    return best_ours, (best_base if base else float("nan"))
 
 
 def to_pyg(graphs):
@@ -159,8 +168,7 @@ def bench_dataset(label, graphs, names, args, baseline_graphs, rows, notes):
     pyg_data = to_pyg(graphs) if pyg else None
     for row_names in [[n] for n in names] + [names]:
         row = "all" if len(row_names) > 1 else row_names[0]
-        t_ours = time_ours(graphs, row_names, args.repeats)
-        t_base = time_baseline(base, row_names, args.baseline_repeats) if base else float("nan")
+        t_ours, t_base = time_interleaved(graphs, base, row_names, args.repeats, args.baseline_repeats)
         ours = len(graphs) / t_ours
         baseline = len(base) / t_base if base else float("nan")
         entry = {"dataset": label, "pse": row, "graphs": len(graphs), "ours": ours, "baseline": baseline}
@@ -211,8 +219,9 @@ def main(argv=None):
     ap.add_argument("--er-p", type=float, default=0.1, help="ER edge probability")
     ap.add_argument("--er-baseline-graphs", type=int, default=10,
                     help="ER graphs timed with the baseline (a seeded uniform sample)")
-    ap.add_argument("--repeats", type=int, default=3, help="runs of ours per row; the best counts")
-    ap.add_argument("--baseline-repeats", type=int, default=3,
+    ap.add_argument("--repeats", type=int, default=5,
+                    help="runs of ours per row, alternating with the baseline's; the best counts")
+    ap.add_argument("--baseline-repeats", type=int, default=5,
                     help="runs of the per-graph baseline per row; the best counts (as for ours)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of torch, OpenMP, MKL and OpenBLAS, for ours and the baseline alike "

@@ -433,3 +433,66 @@ def test_node_counts_from_frames_checked_against_union(mixed):
     assert spectral._union_edges(graphs) is None
     coll = spectral.EdgeCollection.from_graphs(graphs)
     assert coll.num_nodes.tolist() == [g._graph.num_nodes(0) for g in graphs]
+
+
+def _assert_same_tables(a, b, atol=1e-6):
+    assert torch.equal(a.num_nodes, b.num_nodes)
+    for table in ("node", "graph"):
+        assert getattr(a, table).keys() == getattr(b, table).keys()
+        for name, value in getattr(a, table).items():
+            torch.testing.assert_close(getattr(b, table)[name], value, atol=atol, rtol=0, msg=name)
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_parts_pipeline_equals_one_part(mixed, monkeypatch, normalize):
+    """Inputs of many graphs run as pipelined parts; values, ndata and graph-level results are those
+    of one part, batched input graphs included (they count their members)."""
+    from gpse_dgl.pse import compute as compute_module
+
+    graphs = list(mixed[:30]) + [dgl.batch(mixed[30:33])] + list(mixed[33:])
+    one_part = compute_pse_tensors(graphs, normalize=normalize, num_workers=2)
+    monkeypatch.setattr(compute_module, "PART_GRAPHS", 7)
+    assert len(compute_module._graph_parts(graphs, 2)) == len(graphs) // 7
+    assert len(compute_module._graph_parts(graphs, 1)) == 1  # no pool, no parts
+    _assert_same_tables(one_part, compute_pse_tensors(graphs, normalize=normalize, num_workers=2,
+                                                      progress=True))
+    fresh = [g.clone() for g in mixed]  # the same member graphs, unbatched: ndata written part by part
+    _, graph_level = compute_pses(fresh, normalize=normalize, num_workers=2)
+    nodes = _split(one_part)
+    for i, g in enumerate(fresh):
+        for name in NODE_PSES:
+            torch.testing.assert_close(g.ndata[name], nodes[name][i], atol=1e-6, rtol=0)
+    for name in GRAPH_PSES:
+        torch.testing.assert_close(graph_level[name], one_part.graph[name], atol=1e-6, rtol=0)
+
+
+def test_parts_with_large_chunks_and_sparse_graphs(monkeypatch):
+    """Parts holding chunks of 128+ nodes or graphs above the dense limit are finished after the
+    pipeline (threaded LAPACK, sparse paths); the result equals a one-part run."""
+    from gpse_dgl.pse import compute as compute_module
+
+    graphs = random_graphs(seed=11, trees=6, er=6, multi=4) + [cycle(130), path(150), cycle(40)]
+    names = ["LapPE", "EigVals", "RWSE"]
+    one_part = compute_pse_tensors(graphs, names, dense_limit=140, num_workers=2)
+    monkeypatch.setattr(compute_module, "PART_GRAPHS", 4)
+    _assert_same_tables(one_part, compute_pse_tensors(graphs, names, dense_limit=140, num_workers=2))
+
+
+def test_parts_worker_error_propagates(mixed, monkeypatch):
+    """A failing decomposition in any part raises in the caller, with no task left running."""
+    from gpse_dgl.pse import compute as compute_module
+
+    monkeypatch.setattr(compute_module, "PART_GRAPHS", 10)
+    calls = []
+
+    def fails_later(batches):
+        calls.append(len(batches))
+        if len(calls) == 3:
+            raise RuntimeError("LAPACK failed")
+        for batch in batches:
+            batch.precompute()
+
+    monkeypatch.setattr(compute_module, "_precompute_all", fails_later)
+    with pytest.raises(RuntimeError, match="LAPACK failed"):
+        compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
+    assert len(compute_module._graph_parts(mixed, 2)) > 3 and len(calls) >= 3
