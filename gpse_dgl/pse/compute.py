@@ -408,7 +408,10 @@ class _Job:
         busy = {id(part) for part, _, _ in in_flight}
         while waiting:
             index, part = waiting[0]
-            if id(part) in busy or part.big or part.large.size or not all(f.done() for f in part.whole_futures):
+            if part.big or part.large.size:
+                waiting.popleft()  # closed in phase 2; later parts need not wait for it
+                continue
+            if id(part) in busy or not all(f.done() for f in part.whole_futures):
                 return
             waiting.popleft()
             part.whole_values = [f.result() for f in part.whole_futures]
