@@ -496,3 +496,15 @@ def test_parts_worker_error_propagates(mixed, monkeypatch):
     with pytest.raises(RuntimeError, match="LAPACK failed"):
         compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
     assert len(compute_module._graph_parts(mixed, 2)) > 3 and len(calls) >= 3
+
+
+def test_parts_check_the_dense_limit_before_any_work(mixed, monkeypatch):
+    """A graph too large for a dense-only PSE in a later part fails the call before the first part is
+    computed: nothing is written to the graphs of earlier parts."""
+    from gpse_dgl.pse import compute as compute_module
+
+    monkeypatch.setattr(compute_module, "PART_GRAPHS", 2)  # 15 parts: early ones finish before the last
+    fresh = [g.clone() for g in mixed[:30]] + [cycle(60)]  # the molecules have at most 37 nodes
+    with pytest.raises(GraphTooLargeError, match=r"graph 30 has 60 nodes, above dense_limit=40"):
+        compute_pses(fresh, ["ElstaticPE", "LapPE"], dense_limit=40, num_workers=2)
+    assert all("ElstaticPE" not in g.ndata and "LapPE" not in g.ndata for g in fresh)

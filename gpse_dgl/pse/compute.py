@@ -80,7 +80,7 @@ SINGLE_THREAD_BELOW = 128
 #: (768 graphs: ~10 % slower on molecules than 1,024-1,500).
 PART_GRAPHS = 1024
 # Groups of chunks queued per worker thread before the calling thread waits for the oldest: enough
-# that the workers stay busy while this thread reads the next part (1 per worker: ~15 % slower).
+# that the workers stay busy while this thread reads the next part (1 per worker: ~25 % slower, 2: ~10 %).
 _IN_FLIGHT_PER_WORKER = 3
 # padded buckets (see _size_buckets) start at size s and span s + max(2, s // _BUCKET_SPAN)
 _BUCKET_SPAN = 4
@@ -268,18 +268,8 @@ def compute_pse_tensors(
     PSEResult
     """
     job = _Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers)
-    if collection is not None:
-        parts = [collection]
-    else:
-        glist, _ = _as_graph_list(graphs)
-        parts = _graph_parts(glist, job.workers_for(len(glist)))
-    results = [None] * len(parts)
-
-    def keep(index, part_graphs, result):
-        results[index] = result
-
-    job.run(parts, keep)
-    return _concat_results(results)
+    parts = [collection] if collection is not None else job.parts(_as_graph_list(graphs)[0])
+    return _concat_results(job.run(parts))
 
 
 def _graph_parts(glist: list, workers: int) -> list:
@@ -338,19 +328,45 @@ class _Job:
         workers = self.num_workers if self.num_workers > 0 else torch.get_num_threads()
         return max(1, min(workers, num_graphs)) if self.on_cpu or self.whole else 1
 
-    def run(self, parts: list, on_part) -> None:
-        """Compute every part; ``on_part(index, graphs or None, PSEResult)`` receives each finished one
-        (in the calling thread, not necessarily in order)."""
+    def parts(self, glist: list) -> list:
+        """``glist`` as consecutive slices (:func:`_graph_parts`), checked against the dense limit first.
+
+        With several parts the per-part check would come too late: earlier parts would already be
+        computed (and, in :func:`compute_pses`, written out) when a later one fails.
+        """
+        parts = _graph_parts(glist, self.workers_for(len(glist)))
+        if len(parts) > 1 and not all(s.has_sparse_path for s in self.per_graph):
+            try:  # node frames bound every member's size (~0.1 us a graph); the exact sizes only if needed
+                totals = np.fromiter((g._node_frames[0].num_rows for g in glist), np.int64, len(glist))
+            except Exception:  # noqa: BLE001 - DGL internals differ: take the exact sizes
+                totals = None
+            if totals is None or totals.max() > self.dense_limit:
+                sizes = np.concatenate([g.batch_num_nodes().numpy() for g in glist])
+                _check_dense_limit(self.per_graph, sizes, self.dense_limit)
+        return parts
+
+    def run(self, parts: list, on_part=None) -> list:
+        """Compute every part; return their :class:`PSEResult` in order. ``on_part(graphs, result)``
+        receives each part as soon as it is finished (in the calling thread, not necessarily in order;
+        ``graphs`` is None for a part given as an :class:`EdgeCollection`)."""
+        results = [None] * len(parts)
+
+        def finished(index, graphs, result):
+            results[index] = result
+            if on_part is not None:
+                on_part(graphs, result)
+
         if self.progress:
             from tqdm.auto import tqdm
 
             # input graphs; corrected as parts open (a batched input graph counts its members)
             self.bar = tqdm(total=sum(_num_inputs(p) for p in parts), unit="graph", desc="PSEs", leave=False)
         try:
-            self._run(parts, on_part)
+            self._run(parts, finished)
         finally:
             if self.bar is not None:
                 self.bar.close()
+        return results
 
     def _open(self, part) -> "_Part":
         if isinstance(part, EdgeCollection):
@@ -633,15 +649,13 @@ def compute_pses(
     """
     glist, single = _as_graph_list(graphs)
     job = _Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers)
-    parts = _graph_parts(glist, job.workers_for(len(glist)))
-    graph_level = [None] * len(parts)
 
-    def write(index, part_graphs, result):
+    def write(part_graphs, result):
         # one member graph per input graph (nothing batched): the per-graph counts are known already
         counts = result.num_nodes.tolist() if result.num_nodes.shape[0] == len(part_graphs) else None
         write_ndata(part_graphs, result.node, counts)
-        graph_level[index] = PSEResult(graph=result.graph, num_nodes=result.num_nodes)
 
-    job.run(parts, write)
-    return (glist[0] if single else glist), _concat_results(graph_level).graph
+    results = job.run(job.parts(glist), on_part=write)
+    graph_level = {name: torch.cat([r.graph[name] for r in results]) for name in results[0].graph}
+    return (glist[0] if single else glist), graph_level
 
