@@ -103,6 +103,10 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                               "node-level PSEs to predict, in this order"),
         "graph_targets": Field("str_list", list(_DEFAULT_GRAPH_TARGETS),
                                "graph-level PSEs to predict, in this order"),
+        "skeleton_edits": Field("number", 0.0, "ring-edited copies of training graphs to add, per "
+                                "training graph (0 = none, as in the paper); they never enter "
+                                "validation or test and never repeat a source graph",
+                                minimum=0.0, maximum=10.0),
         "cache_dir": Field("str", None, "where computed targets are cached (DGL binary); null = "
                            "$GPSE_DGL_CACHE or ~/.cache/gpse-dgl", nullable=True),
         "target_device": Field("str", None, "where the targets' dense linear algebra runs (cpu, "
@@ -165,6 +169,10 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                                     "wall-clock budget (counted from the start, data included); "
                                     "null = no limit", nullable=True, minimum=0.0,
                                     exclusive_minimum=True),
+        "fit_to_time_limit": Field("bool", False, "after the warm-up, shorten num_epochs to what fits "
+                                   "in time_limit_minutes at the speed measured so far, so the "
+                                   "schedule decays fully on a slower machine (the number chosen is "
+                                   "logged and stored in metrics.json)"),
     },
 }
 
@@ -413,6 +421,10 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
     if not data["node_targets"] and not data["graph_targets"]:
         raise RecipeError(f"{source}: data.node_targets: node_targets and graph_targets are both "
                           f"empty; nothing to pretrain on")
+    general = recipe["general_pipeline"]
+    if general.get("fit_to_time_limit") and general.get("time_limit_minutes") is None:
+        raise RecipeError(f"{source}: {_where(raw, 'general_pipeline', 'fit_to_time_limit')}: needs "
+                          f"general_pipeline.time_limit_minutes (the budget to fit the schedule to)")
 
 
 def _where(raw: Mapping[str, Any], section: str, key: str) -> str:

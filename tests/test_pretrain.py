@@ -304,3 +304,69 @@ def test_loss_options_reach_the_loss(tmp_path, cache_dir, monkeypatch):
     summary = run(recipe)
     assert seen and all(kw == {"regression": "l1+mse", "graph_weight": 5.0} for kw in seen)
     assert {"loss_l1", "loss_mse", "loss_cosine"} <= set(summary["history"][0]["train"])
+
+
+class FakeClock:
+    """Stands in for the ``time`` module of the training loop: every reading is ``tick`` seconds after
+    the previous one, so durations count clock readings and a time-limited run is deterministic."""
+
+    def __init__(self, tick: float = 1.0):
+        self.now, self.tick = 0.0, tick
+
+    def perf_counter(self) -> float:
+        self.now += self.tick
+        return self.now
+
+
+def fitted_recipe(save_path, cache_dir, **general):
+    settings = {"num_epochs": 40, "time_limit_minutes": 1.0, "fit_to_time_limit": True, **general}
+    recipe = tiny_recipe(save_path, cache_dir, **settings)
+    recipe["general_pipeline"]["lr_scheduler"]["interval"] = "step"
+    return recipe
+
+
+def test_schedule_fitted_to_the_time_limit_decays_fully_and_can_be_repeated(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setattr(pretrain_module, "time", FakeClock())
+    fitted = run(fitted_recipe(tmp_path / "fitted", cache_dir))
+    n = fitted["num_epochs"]
+    assert fitted["fitted_to_time_limit"] and 3 <= n < 40, n
+    assert fitted["status"] == "completed" and fitted["epochs_completed"] == n
+    last = load_pretrain_checkpoint(tmp_path / "fitted" / "last.pt")
+    assert last["fitted_num_epochs"] == n
+    # the schedule reached its end: the rate after the last step is 0
+    assert last["optimizer_state"]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-12)
+
+    # the same run with num_epochs set to the fitted length from the start, no limit: identical
+    monkeypatch.setattr(pretrain_module, "time", __import__("time"))
+    explicit = fitted_recipe(tmp_path / "explicit", cache_dir)
+    explicit["general_pipeline"].update(num_epochs=n, fit_to_time_limit=False, time_limit_minutes=None)
+    repeated = run(explicit)
+    assert not repeated["fitted_to_time_limit"] and repeated["num_epochs"] == n
+    assert_same_run(fitted, repeated, tmp_path / "fitted", tmp_path / "explicit")
+
+
+def test_resume_keeps_the_fitted_schedule(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setattr(pretrain_module, "time", FakeClock())
+    straight = run(fitted_recipe(tmp_path / "straight", cache_dir))
+
+    def kill_after_third_epoch(record):
+        if record["epoch"] == 3:
+            raise Killed
+
+    monkeypatch.setattr(pretrain_module, "time", FakeClock())
+    interrupted = fitted_recipe(tmp_path / "interrupted", cache_dir)
+    with pytest.raises(Killed):
+        run(interrupted, on_epoch_end=kill_after_third_epoch)
+    assert load_pretrain_checkpoint(tmp_path / "interrupted" / "last.pt")["fitted_num_epochs"] == straight["num_epochs"]
+    # resumed on a machine ten times slower: the fitted length stays, only the hard limit could cut it
+    monkeypatch.setattr(pretrain_module, "time", FakeClock(0.1))
+    resumed = run(interrupted, resume=True)
+    assert resumed["num_epochs"] == straight["num_epochs"]
+    assert_same_run(straight, resumed, tmp_path / "straight", tmp_path / "interrupted")
+
+
+def test_no_fit_when_the_recipe_fits_in_time(tmp_path, cache_dir, monkeypatch):
+    monkeypatch.setattr(pretrain_module, "time", FakeClock(1e-3))
+    summary = run(fitted_recipe(tmp_path / "run", cache_dir, num_epochs=4))
+    assert summary["num_epochs"] == 4 and not summary["fitted_to_time_limit"]
+    assert summary["epochs_completed"] == 4

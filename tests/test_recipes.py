@@ -137,6 +137,9 @@ def test_unknown_top_level_key(tmp_path):
     ("general_pipeline:\n  batch_size: null\n", "general_pipeline.batch_size", "got null"),
     ("general_pipeline: 3\n", "general_pipeline", "expected a mapping"),
     ("device: gpu\n", "device", "expected 'auto', 'cpu'"),
+    ("general_pipeline:\n  fit_to_time_limit: true\n", "general_pipeline.fit_to_time_limit",
+     "needs general_pipeline.time_limit_minutes"),
+    ("data:\n  skeleton_edits: -1\n", "data.skeleton_edits", "expected a value >= 0"),
 ])
 def test_type_and_value_errors(tmp_path, text, key, expected):
     path = write(tmp_path, text)

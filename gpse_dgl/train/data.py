@@ -7,7 +7,9 @@ Steps (``build_pretraining_data``):
    OGB's on-disk layout). Molecules become unique bare skeletons (``data.molecules``); other graph
    datasets are used as they are, minus graphs with <= 1 node or no edge.
 2. **Subset and split.** An optional seeded ``max_graphs`` subset, then a seeded random split
-   (90 / 5 / 5 by default, fixed across runs as in the paper).
+   (90 / 5 / 5 by default, fixed across runs as in the paper). With ``skeleton_edits`` > 0, ring-edited
+   copies of training graphs (:mod:`gpse_dgl.data.skeleton_edits`) join the training split only
+   (:func:`add_skeleton_edits`).
 3. **Targets.** ``pse.pretraining_targets`` computes the standardised node targets and raw graph
    targets once. The result is cached in DGL's binary format (one batched graph whose
    ``ndata["gpse_node_target"]`` holds the node targets; labels hold the graph targets, the per-graph
@@ -170,6 +172,9 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
     else:
         graphs, info = load_source_graphs(data_recipe, progress)
         graphs, split_of_graph = _subset_and_split(graphs, data_recipe)
+        if data_recipe["skeleton_edits"] > 0:
+            graphs, split_of_graph, info["skeleton_edits"] = add_skeleton_edits(
+                graphs, split_of_graph, data_recipe["skeleton_edits"], data_recipe["split_seed"])
         log(f"data: computing targets of {len(graphs)} graphs "
             f"({', '.join(node_names + graph_names)})")
         collection = _compute_targets(graphs, node_names, graph_names, data_recipe, progress)
@@ -281,6 +286,36 @@ def _skeleton_key(num_nodes: int, u: np.ndarray, v: np.ndarray) -> str:
     return Chem.MolToSmiles(mol, canonical=True)
 
 
+def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int):
+    """Append ``round(per_graph * num_train)`` ring-edited training graphs to the training split.
+
+    Each is one :func:`~gpse_dgl.data.skeleton_edits.edit_skeleton` edit of a random training graph.
+    Edits that repeat any source graph (validation and test included) or another edit are drawn
+    again, so held-out graphs never leak into training. Returns ``(graphs, split_of_graph, stats)``.
+    """
+    from ..data.skeleton_edits import edit_skeleton
+    from ..utils.graph import graph_simple_edges
+    from ..data.synthetic import undirected_graph
+
+    train = torch.nonzero(split_of_graph == 0).flatten().tolist()
+    wanted = int(round(per_graph * len(train)))
+    simple = [(g.num_nodes(), *graph_simple_edges(g)) for g in graphs]
+    seen = {_skeleton_key(*edges) for edges in simple}
+    rng = np.random.default_rng([seed, 0x5E1E])
+    added, attempts = [], 0
+    while len(added) < wanted and attempts < 20 * wanted:
+        attempts += 1
+        edited = edit_skeleton(*simple[train[int(rng.integers(len(train)))]], rng)
+        if edited is None:
+            continue
+        key = _skeleton_key(*edited)
+        if key not in seen:
+            seen.add(key)
+            added.append(undirected_graph(*edited))
+    codes = torch.cat([split_of_graph, torch.zeros(len(added), dtype=split_of_graph.dtype)])
+    return graphs + added, codes, {"wanted": wanted, "added": len(added), "attempts": attempts}
+
+
 def _ogb_folder(name: str, root: str | None) -> Path | None:
     """Folder of an ``ogbg-*`` dataset in OGB's on-disk layout under ``root``, if there is one."""
     if not name.startswith("ogbg-"):
@@ -385,6 +420,8 @@ def _cache_location(data_recipe: dict) -> tuple[Path, str]:
 def _data_settings(data_recipe: dict) -> dict:
     settings = {key: data_recipe[key] for key in
                 ("source", "max_graphs", "split", "split_seed", "node_targets", "graph_targets")}
+    if data_recipe["skeleton_edits"]:  # absent from older fingerprints: their caches stay valid
+        settings["skeleton_edits"] = data_recipe["skeleton_edits"]
     if data_recipe["source"] == "smiles":
         settings["smiles_file"] = str(Path(data_recipe["smiles_file"]).resolve())
     elif data_recipe["source"] != "embedded-molecules":
@@ -402,6 +439,8 @@ def data_fingerprint(data_recipe: dict) -> str:
     settings.update(cache_format=CACHE_FORMAT_VERSION, source_content=_source_digest(data_recipe),
                     target_code=_package_source_digest("pse"),
                     skeleton_code=file_sha256(Path(__file__).parent.parent / "data" / "molecules.py"))
+    if data_recipe["skeleton_edits"]:
+        settings["edit_code"] = file_sha256(Path(__file__).parent.parent / "data" / "skeleton_edits.py")
     return _digest(settings)
 
 

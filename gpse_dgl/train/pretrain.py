@@ -17,6 +17,9 @@ Reproducibility: every source of randomness (weight init, batch order, input fea
 seeded from ``recipe["seed"]`` and, inside training, re-derived at the start of every epoch from
 ``(seed, epoch)``. So a run interrupted after any epoch and resumed gives bit-identical results to an
 uninterrupted one (on the same device and thread count); a kill mid-epoch loses only that epoch.
+With ``general_pipeline.fit_to_time_limit`` the number of epochs depends on the machine's speed (measured
+during the warm-up); it is logged and stored, and the run is repeated exactly by setting ``num_epochs`` to
+it with the fitting off.
 """
 from __future__ import annotations
 
@@ -70,6 +73,9 @@ class TrainState:
     """Progress that a checkpoint carries besides the tensors."""
 
     epoch: int = 0  # completed epochs
+    # epochs the schedule runs to when fitted to the time limit (general_pipeline.fit_to_time_limit);
+    # None = the recipe's num_epochs
+    num_epochs: int | None = None
     best_metric: float = -math.inf
     best_epoch: int = -1
     history: list = field(default_factory=list)
@@ -122,6 +128,8 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     state = TrainState()
     if resume:
         state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler)
+        if state.num_epochs is not None:
+            set_schedule_length(scheduler, general, steps_per_epoch, state.num_epochs)
         log(f"resume: {paths.last} after epoch {state.epoch}")
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.recipe.write_text(dump_recipe(recipe), encoding="utf-8")
@@ -178,26 +186,58 @@ def build_optimizer(model: torch.nn.Module, optimizer_recipe: dict) -> torch.opt
                            weight_decay=optimizer_recipe["weight_decay"], foreach=True)
 
 
+class CosineWithWarmup:
+    """Learning-rate factor at scheduler tick ``tick``: linear from ~0 to 1 over ``warmup`` ticks, then
+    half a cosine down to 0 at ``total`` ticks (the authors' / HuggingFace's schedule).
+
+    A callable object rather than a closure so that ``total`` can be shortened after the warm-up
+    (:meth:`_Run.fit_to_time_limit`) and so that ``LambdaLR.state_dict`` saves it.
+    """
+
+    def __init__(self, warmup: float, total: float):
+        self.warmup, self.total = float(warmup), float(total)
+
+    def __call__(self, tick: int) -> float:
+        if tick < self.warmup:
+            return max(1e-6, tick / max(1.0, self.warmup))
+        progress_ = (tick - self.warmup) / max(1.0, self.total - self.warmup)
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress_)))
+
+
+def _constant(tick: int) -> float:
+    return 1.0
+
+
 def build_scheduler(optimizer: torch.optim.Optimizer, general: dict, steps_per_epoch: int):
     """``LambdaLR`` whose factor is a function of the (fractional) epoch reached.
 
-    ``cosine_with_warmup`` is the authors' (HuggingFace's) schedule: linear from ~0 to the peak over
-    ``warmup_epochs``, then half a cosine down to 0 at ``num_epochs``. With ``interval: epoch`` it is
-    stepped once per epoch, as in the paper; with ``interval: step`` after every optimiser step.
+    ``cosine_with_warmup`` (:class:`CosineWithWarmup`): linear from ~0 to the peak over
+    ``warmup_epochs``, then half a cosine down to 0 at ``num_epochs`` (:func:`set_schedule_length`
+    changes that end). With ``interval: epoch`` it is stepped once per epoch, as in the paper; with
+    ``interval: step`` after every optimiser step.
     """
     schedule = general["lr_scheduler"]
-    per_step = schedule["interval"] == "step"
-    unit = steps_per_epoch if per_step else 1  # scheduler ticks per epoch
-    warmup, total = schedule["warmup_epochs"] * unit, general["num_epochs"] * unit
-
-    def cosine_with_warmup(tick: int) -> float:
-        if tick < warmup:
-            return max(1e-6, tick / max(1.0, warmup))
-        progress_ = (tick - warmup) / max(1.0, total - warmup)
-        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress_)))
-
-    factor = cosine_with_warmup if schedule["name"] == "cosine_with_warmup" else (lambda tick: 1.0)
+    unit = _ticks_per_epoch(general, steps_per_epoch)
+    total = general["num_epochs"] * unit
+    factor = (CosineWithWarmup(schedule["warmup_epochs"] * unit, total)
+              if schedule["name"] == "cosine_with_warmup" else _constant)
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _ticks_per_epoch(general: dict, steps_per_epoch: int) -> int:
+    return steps_per_epoch if general["lr_scheduler"]["interval"] == "step" else 1
+
+
+def set_schedule_length(scheduler, general: dict, steps_per_epoch: int, num_epochs: int) -> None:
+    """Make a :func:`build_scheduler` schedule end at ``num_epochs`` (the warm-up is unchanged)."""
+    factor = scheduler.lr_lambdas[0]
+    if isinstance(factor, CosineWithWarmup):
+        factor.total = float(num_epochs * _ticks_per_epoch(general, steps_per_epoch))
+
+
+# share of the projected time left that a fitted schedule plans to use (epoch times vary by ~+-15 %
+# within a run on a shared CPU; the time limit still stops a run that falls behind)
+_TIME_MARGIN = 0.92
 
 
 def training_features(graph, dim: int, generator: torch.Generator) -> torch.Tensor:
@@ -250,13 +290,27 @@ class _Run:
     def steps_per_epoch(self) -> int:
         return self.data.splits["train"].num_batches(self.general["batch_size"])
 
+    @property
+    def num_epochs(self) -> int:
+        """Epochs this run trains for: the recipe's, or fewer once fitted to the time limit."""
+        return self.state.num_epochs or self.general["num_epochs"]
+
     def train_epochs(self, on_epoch_end) -> str:
         """Train up to ``num_epochs``; return why training stopped."""
-        num_epochs, limit = self.general["num_epochs"], self.general["time_limit_minutes"]
-        bar = progress_bar(range(self.state.epoch, num_epochs), self.progress, desc="epochs",
-                            unit="epoch", initial=self.state.epoch, total=num_epochs)
+        bar = progress_bar(None, self.progress, desc="epochs", unit="epoch", initial=self.state.epoch,
+                           total=self.num_epochs)
+        try:
+            return self._train_epochs(on_epoch_end, bar)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _train_epochs(self, on_epoch_end, bar) -> str:
+        limit = self.general["time_limit_minutes"]
         eval_seconds = 0.0  # duration of the latest validation, to budget the evaluations to come
-        for epoch in bar:
+        timed_from, timed_epochs = time.perf_counter(), 0
+        while self.state.epoch < self.num_epochs:
+            epoch, num_epochs = self.state.epoch, self.num_epochs
             epoch_started = time.perf_counter()
             record = {"epoch": epoch + 1, "lr": self.optimizer.param_groups[0]["lr"],
                       "train": self.train_one_epoch(epoch)}
@@ -271,8 +325,18 @@ class _Run:
                 record["val"] = self.evaluate("val")
                 eval_seconds = time.perf_counter() - eval_started
             record["seconds"] = round(time.perf_counter() - epoch_started, 2)
+            timed_epochs += 1
+            fitted = None
+            if self.general["fit_to_time_limit"] and epoch + 1 == self.fit_after_epoch:
+                # before the checkpoints are written, so that they carry the fitted length
+                fitted = self.fit_to_time_limit(epoch + 1, (time.perf_counter() - timed_from) / timed_epochs,
+                                                eval_seconds)
             self.finish_epoch(record)
-            if hasattr(bar, "set_postfix"):
+            if fitted:
+                self.log(fitted)
+            if bar is not None:
+                bar.total = self.num_epochs
+                bar.update(1)
                 bar.set_postfix(loss=f"{record['train']['loss']:.4f}",
                                 val_r2=f"{record.get('val', {}).get('r2', math.nan):.4f}")
             if out_of_time:
@@ -284,6 +348,38 @@ class _Run:
                 except StopIteration:
                     return f"stopped by on_epoch_end after epoch {epoch + 1}"
         return "completed"
+
+    @property
+    def fit_after_epoch(self) -> int:
+        """The epoch after which the schedule is fitted to the time limit: the end of the warm-up,
+        whose learning rates do not depend on the schedule's length (so the fitted run is the same
+        as one started with ``num_epochs`` set to the fitted length)."""
+        return max(1, math.ceil(self.general["lr_scheduler"]["warmup_epochs"]))
+
+    def fit_to_time_limit(self, epochs_done: int, epoch_seconds: float, eval_seconds: float) -> str | None:
+        """Shorten the schedule so that it reaches its end inside ``time_limit_minutes``.
+
+        With ``fit_to_time_limit`` the cosine decays to 0 by the last epoch that fits, instead of being
+        cut off by the time limit mid-way (at a high learning rate) on a slower machine. Called once,
+        after epoch :attr:`fit_after_epoch` (``epochs_done``) with the mean seconds per epoch so far
+        (validation included).
+        The fitted length is kept in checkpoints (``--resume`` continues it) and in ``metrics.json``.
+        Returns a line for the log when the schedule was shortened.
+        """
+        limit = self.general["time_limit_minutes"]
+        if limit is None or self.state.num_epochs is not None or epoch_seconds <= 0:
+            return None
+        # what is left after the final evaluation of the best checkpoint (validation + test), with a
+        # margin for the machine's speed varying during the run
+        left = limit * 60 - (time.perf_counter() - self.started) - 2 * eval_seconds
+        fitted = epochs_done + max(1, int(_TIME_MARGIN * left / epoch_seconds))
+        if fitted >= self.general["num_epochs"]:
+            return None
+        self.state.num_epochs = fitted
+        set_schedule_length(self.scheduler, self.general, self.steps_per_epoch, fitted)
+        return (f"schedule: fitted to the {limit:g}-minute limit at {epoch_seconds:.1f} s per epoch: "
+                f"{fitted} epochs instead of {self.general['num_epochs']} (repeat this run exactly with "
+                f"--set general_pipeline.num_epochs={fitted} --set general_pipeline.fit_to_time_limit=false)")
 
     def train_one_epoch(self, epoch: int) -> dict:
         """One pass over the training graphs; every random draw derives from (seed, epoch)."""
@@ -360,6 +456,7 @@ class _Run:
             "rng_state": ckpt.capture_rng_state(),
             "recipe": self.recipe,
             "epoch": state.epoch,
+            "fitted_num_epochs": state.num_epochs,
             "best_metric": state.best_metric,
             "best_epoch": state.best_epoch,
             "history": json_safe(state.history),
@@ -389,6 +486,8 @@ class _Run:
         return {
             "status": status,
             "epochs_completed": state.epoch,
+            "num_epochs": state.num_epochs or self.general["num_epochs"],
+            "fitted_to_time_limit": state.num_epochs is not None,
             "best_epoch": state.best_epoch,
             "best_val_r2": state.best_metric if state.best_epoch > 0 else None,
             "best_val": _drop_columns(best.get("val")) if best else None,
@@ -459,8 +558,9 @@ def _restore(path: Path, recipe, model_config, model, optimizer, scheduler) -> T
         ckpt.restore_rng_state(payload["rng_state"])
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None
-    return TrainState(int(payload["epoch"]), float(payload["best_metric"]), int(payload["best_epoch"]),
-                      list(payload["history"]))
+    fitted = payload.get("fitted_num_epochs")
+    return TrainState(int(payload["epoch"]), None if fitted is None else int(fitted),
+                      float(payload["best_metric"]), int(payload["best_epoch"]), list(payload["history"]))
 
 
 def _check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict) -> None:
