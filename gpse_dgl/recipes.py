@@ -425,6 +425,11 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
     if general.get("fit_to_time_limit") and general.get("time_limit_minutes") is None:
         raise RecipeError(f"{source}: {_where(raw, 'general_pipeline', 'fit_to_time_limit')}: needs "
                           f"general_pipeline.time_limit_minutes (the budget to fit the schedule to)")
+    if general.get("fit_to_time_limit") and general["lr_scheduler"]["warmup_epochs"] < 1:
+        # the schedule is fitted after the warm-up's first whole epoch, whose rates must not depend on
+        # the schedule's length
+        raise RecipeError(f"{source}: {_where(raw, 'general_pipeline', 'fit_to_time_limit')}: needs "
+                          f"general_pipeline.lr_scheduler.warmup_epochs >= 1 (the epochs it is measured in)")
 
 
 def _where(raw: Mapping[str, Any], section: str, key: str) -> str:

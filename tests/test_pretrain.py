@@ -318,16 +318,18 @@ class FakeClock:
         return self.now
 
 
-def fitted_recipe(save_path, cache_dir, **general):
+def fitted_recipe(save_path, cache_dir, interval="step", warmup=1, **general):
     settings = {"num_epochs": 40, "time_limit_minutes": 1.0, "fit_to_time_limit": True, **general}
     recipe = tiny_recipe(save_path, cache_dir, **settings)
-    recipe["general_pipeline"]["lr_scheduler"]["interval"] = "step"
+    recipe["general_pipeline"]["lr_scheduler"].update(interval=interval, warmup_epochs=warmup)
     return recipe
 
 
-def test_schedule_fitted_to_the_time_limit_decays_fully_and_can_be_repeated(tmp_path, cache_dir, monkeypatch):
+@pytest.mark.parametrize("interval, warmup", [("step", 1), ("epoch", 2), ("step", 1.5)])
+def test_schedule_fitted_to_the_time_limit_decays_fully_and_can_be_repeated(tmp_path, cache_dir, monkeypatch,
+                                                                             interval, warmup):
     monkeypatch.setattr(pretrain_module, "time", FakeClock())
-    fitted = run(fitted_recipe(tmp_path / "fitted", cache_dir))
+    fitted = run(fitted_recipe(tmp_path / "fitted", cache_dir, interval, warmup))
     n = fitted["num_epochs"]
     assert fitted["fitted_to_time_limit"] and 3 <= n < 40, n
     assert fitted["status"] == "completed" and fitted["epochs_completed"] == n
@@ -338,11 +340,24 @@ def test_schedule_fitted_to_the_time_limit_decays_fully_and_can_be_repeated(tmp_
 
     # the same run with num_epochs set to the fitted length from the start, no limit: identical
     monkeypatch.setattr(pretrain_module, "time", __import__("time"))
-    explicit = fitted_recipe(tmp_path / "explicit", cache_dir)
+    explicit = fitted_recipe(tmp_path / "explicit", cache_dir, interval, warmup)
     explicit["general_pipeline"].update(num_epochs=n, fit_to_time_limit=False, time_limit_minutes=None)
     repeated = run(explicit)
     assert not repeated["fitted_to_time_limit"] and repeated["num_epochs"] == n
+    assert [r["lr"] for r in fitted["history"]] == [r["lr"] for r in repeated["history"]]
     assert_same_run(fitted, repeated, tmp_path / "fitted", tmp_path / "explicit")
+
+
+def test_resume_with_more_epochs_follows_the_new_schedule(tmp_path, cache_dir):
+    """The schedule object stored in a checkpoint does not override the recipe's lengths on resume."""
+    recipe = tiny_recipe(tmp_path / "run", cache_dir, num_epochs=2)
+    recipe["general_pipeline"]["lr_scheduler"]["interval"] = "epoch"
+    run(recipe)
+    longer = copy.deepcopy(recipe)
+    longer["general_pipeline"]["num_epochs"] = 4
+    resumed = run(longer, resume=True)
+    expected = pretrain_module.CosineWithWarmup(warmup=1, total=4)
+    assert [r["lr"] for r in resumed["history"]] == pytest.approx([0.01 * expected(t) for t in range(4)])
 
 
 def test_resume_keeps_the_fitted_schedule(tmp_path, cache_dir, monkeypatch):

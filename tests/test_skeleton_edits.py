@@ -126,3 +126,33 @@ def test_added_edits_are_training_only_new_and_seeded():
     assert [_skeleton_key(g.num_nodes(), *graph_simple_edges(g)) for g in again] == keys
     other, _, _ = add_skeleton_edits(graphs, split, 0.5, seed=4)
     assert [_skeleton_key(g.num_nodes(), *graph_simple_edges(g)) for g in other[200:]] != keys[200:]
+
+
+def test_graphs_above_the_comparison_size_are_not_edited():
+    from gpse_dgl.data.molecules import load_embedded_molecules
+    from gpse_dgl.train.data import add_skeleton_edits
+
+    graphs = load_embedded_molecules()[:40]
+    split = torch.tensor([0] * 30 + [1] * 5 + [2] * 5)
+    small_train = sum(1 for g in graphs[:30] if g.num_nodes() <= 12)
+    out, codes, stats = add_skeleton_edits(graphs, split, 1.0, seed=0, max_nodes=12)
+    assert stats["wanted"] == small_train and 0 < small_train < 30
+    assert all(g.num_nodes() <= 12 + 8 for g in out[40:])  # an edit adds at most 8 atoms
+    out, codes, stats = add_skeleton_edits(graphs, split, 1.0, seed=0, max_nodes=1)
+    assert stats == {"wanted": 0, "added": 0, "attempts": 0} and len(out) == 40
+
+
+def test_an_edit_equal_to_a_held_out_graph_is_never_added():
+    """Growing the training 6-ring gives the 7-ring, which is a validation graph here: it must be
+    drawn again (about a quarter of all draws are 'grow')."""
+    from gpse_dgl.data.synthetic import undirected_graph
+    from gpse_dgl.train.data import _skeleton_key, add_skeleton_edits
+    from gpse_dgl.utils.graph import graph_simple_edges
+
+    ring = [undirected_graph(k, np.arange(k), (np.arange(k) + 1) % k) for k in (6, 7, 8)]
+    split = torch.tensor([0, 1, 2])
+    out, _, stats = add_skeleton_edits(ring, split, 10.0, seed=0)
+    assert stats["added"] == 10
+    keys = [_skeleton_key(g.num_nodes(), *graph_simple_edges(g)) for g in out]
+    assert len(set(keys)) == len(keys)  # in particular, neither the 7-ring nor the 8-ring was added again
+    assert sum(cycles((g.num_nodes(), *graph_simple_edges(g))) == {7: 1} for g in out) == 1

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["EDIT_KINDS", "RING_SIZES", "ring_bond_mask", "edit_skeleton"]
+__all__ = ["EDIT_KINDS", "RING_SIZES", "MAX_NEW_ATOMS", "ring_bond_mask", "edit_skeleton"]
 
 EDIT_KINDS = ("grow", "shrink", "attach", "fuse")
 #: sizes of the rings that ``attach`` and ``fuse`` add
 RING_SIZES = (3, 4, 5, 6, 7, 8)
+#: the most atoms one edit adds (``attach`` of the largest ring)
+MAX_NEW_ATOMS = max(RING_SIZES)
 
 
 def _adjacency(num_nodes: int, u: np.ndarray, v: np.ndarray) -> list[list[int]]:

@@ -174,7 +174,9 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
         graphs, split_of_graph = _subset_and_split(graphs, data_recipe)
         if data_recipe["skeleton_edits"] > 0:
             graphs, split_of_graph, info["skeleton_edits"] = add_skeleton_edits(
-                graphs, split_of_graph, data_recipe["skeleton_edits"], data_recipe["split_seed"])
+                graphs, split_of_graph, data_recipe["skeleton_edits"], data_recipe["split_seed"], progress)
+            log(f"data: added {info['skeleton_edits']['added']:,} ring-edited training graphs "
+                f"(data.skeleton_edits = {data_recipe['skeleton_edits']:g})")
         log(f"data: computing targets of {len(graphs)} graphs "
             f"({', '.join(node_names + graph_names)})")
         collection = _compute_targets(graphs, node_names, graph_names, data_recipe, progress)
@@ -286,23 +288,32 @@ def _skeleton_key(num_nodes: int, u: np.ndarray, v: np.ndarray) -> str:
     return Chem.MolToSmiles(mol, canonical=True)
 
 
-def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int):
+def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int,
+                       progress: bool = False, max_nodes: int = 1000):
     """Append ``round(per_graph * num_train)`` ring-edited training graphs to the training split.
 
-    Each is one :func:`~gpse_dgl.data.skeleton_edits.edit_skeleton` edit of a random training graph.
-    Edits that repeat any source graph (validation and test included) or another edit are drawn
-    again, so held-out graphs never leak into training. Returns ``(graphs, split_of_graph, stats)``.
+    Each is one :func:`~gpse_dgl.data.skeleton_edits.edit_skeleton` edit of a random training graph
+    of at most ``max_nodes`` nodes (the size up to which graphs are compared, as in
+    :func:`unique_structures`). Edits that repeat any source graph (validation and test included) or
+    another edit are drawn again, so held-out graphs never leak into training; after 20 draws per
+    wanted graph it stops with fewer. Returns ``(graphs, split_of_graph, stats)``.
     """
-    from ..data.skeleton_edits import edit_skeleton
+    from ..data.skeleton_edits import MAX_NEW_ATOMS, edit_skeleton
     from ..utils.graph import graph_simple_edges
     from ..data.synthetic import undirected_graph
+    from .runtime import progress_bar
 
-    train = torch.nonzero(split_of_graph == 0).flatten().tolist()
+    # every graph an edit could equal (an edit adds at most MAX_NEW_ATOMS atoms) is compared against
+    comparable = [i for i, g in enumerate(graphs) if g.num_nodes() <= max_nodes + MAX_NEW_ATOMS]
+    simple = {i: (graphs[i].num_nodes(), *graph_simple_edges(graphs[i])) for i in comparable}
+    seen = {_skeleton_key(*edges) for edges in simple.values()}
+    train = [i for i in torch.nonzero(split_of_graph == 0).flatten().tolist()
+             if i in simple and graphs[i].num_nodes() <= max_nodes]
     wanted = int(round(per_graph * len(train)))
-    simple = [(g.num_nodes(), *graph_simple_edges(g)) for g in graphs]
-    seen = {_skeleton_key(*edges) for edges in simple}
     rng = np.random.default_rng([seed, 0x5E1E])
     added, attempts = [], 0
+    bar = progress_bar(None, progress and wanted > 0, total=wanted, desc="ring edits", unit="graph",
+                       leave=False)
     while len(added) < wanted and attempts < 20 * wanted:
         attempts += 1
         edited = edit_skeleton(*simple[train[int(rng.integers(len(train)))]], rng)
@@ -312,6 +323,10 @@ def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: fl
         if key not in seen:
             seen.add(key)
             added.append(undirected_graph(*edited))
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
     codes = torch.cat([split_of_graph, torch.zeros(len(added), dtype=split_of_graph.dtype)])
     return graphs + added, codes, {"wanted": wanted, "added": len(added), "attempts": attempts}
 
@@ -439,8 +454,11 @@ def data_fingerprint(data_recipe: dict) -> str:
     settings.update(cache_format=CACHE_FORMAT_VERSION, source_content=_source_digest(data_recipe),
                     target_code=_package_source_digest("pse"),
                     skeleton_code=file_sha256(Path(__file__).parent.parent / "data" / "molecules.py"))
-    if data_recipe["skeleton_edits"]:
-        settings["edit_code"] = file_sha256(Path(__file__).parent.parent / "data" / "skeleton_edits.py")
+    if data_recipe["skeleton_edits"]:  # the edits module and the code here that picks and dedups edits
+        import inspect
+
+        settings["edit_code"] = _digest([file_sha256(Path(__file__).parent.parent / "data" / "skeleton_edits.py"),
+                                         inspect.getsource(add_skeleton_edits), inspect.getsource(_skeleton_key)])
     return _digest(settings)
 
 

@@ -128,8 +128,9 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     state = TrainState()
     if resume:
         state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler)
-        if state.num_epochs is not None:
-            set_schedule_length(scheduler, general, steps_per_epoch, state.num_epochs)
+        # the restored schedule object carries the checkpoint's lengths: take the recipe's (which may
+        # have changed, e.g. more epochs) or the fitted one
+        set_schedule_length(scheduler, general, steps_per_epoch, state.num_epochs or general["num_epochs"])
         log(f"resume: {paths.last} after epoch {state.epoch}")
     paths.root.mkdir(parents=True, exist_ok=True)
     paths.recipe.write_text(dump_recipe(recipe), encoding="utf-8")
@@ -229,10 +230,17 @@ def _ticks_per_epoch(general: dict, steps_per_epoch: int) -> int:
 
 
 def set_schedule_length(scheduler, general: dict, steps_per_epoch: int, num_epochs: int) -> None:
-    """Make a :func:`build_scheduler` schedule end at ``num_epochs`` (the warm-up is unchanged)."""
+    """Make a :func:`build_scheduler` schedule end at ``num_epochs`` (warm-up as in ``general``)."""
     factor = scheduler.lr_lambdas[0]
     if isinstance(factor, CosineWithWarmup):
-        factor.total = float(num_epochs * _ticks_per_epoch(general, steps_per_epoch))
+        unit = _ticks_per_epoch(general, steps_per_epoch)
+        factor.warmup = float(general["lr_scheduler"]["warmup_epochs"] * unit)
+        factor.total = float(num_epochs * unit)
+        # the rate of the current tick under the new lengths (a resumed optimiser holds the old one)
+        rates = [base * factor(scheduler.last_epoch) for base in scheduler.base_lrs]
+        for group, rate in zip(scheduler.optimizer.param_groups, rates):
+            group["lr"] = rate
+        scheduler._last_lr = rates
 
 
 # Share of the projected time left that a fitted schedule plans to use. Epoch times vary by ~+-15 %
@@ -314,6 +322,8 @@ class _Run:
         while self.state.epoch < self.num_epochs:
             epoch, num_epochs = self.state.epoch, self.num_epochs
             epoch_started = time.perf_counter()
+            # the epoch after which the schedule is fitted also validates, to time the evaluations
+            fit_now = self.general["fit_to_time_limit"] and epoch + 1 == self.fit_after_epoch
             record = {"epoch": epoch + 1, "lr": self.optimizer.param_groups[0]["lr"],
                       "train": self.train_one_epoch(epoch)}
             # Would another epoch overrun the budget? Count its training and validation, this
@@ -322,14 +332,15 @@ class _Run:
                          + 4 * eval_seconds)
             out_of_time = limit is not None and projected > limit * 60 and epoch + 1 < num_epochs
             if "val" in self.eval_batches and (
-                    (epoch + 1) % self.general["eval_every"] == 0 or epoch + 1 == num_epochs or out_of_time):
+                    (epoch + 1) % self.general["eval_every"] == 0 or epoch + 1 == num_epochs or out_of_time
+                    or fit_now):
                 eval_started = time.perf_counter()
                 record["val"] = self.evaluate("val")
                 eval_seconds = time.perf_counter() - eval_started
             record["seconds"] = round(time.perf_counter() - epoch_started, 2)
             timed_epochs += 1
             fitted = None
-            if self.general["fit_to_time_limit"] and epoch + 1 == self.fit_after_epoch:
+            if fit_now:
                 # before the checkpoints are written, so that they carry the fitted length
                 fitted = self.fit_to_time_limit(epoch + 1, (time.perf_counter() - timed_from) / timed_epochs,
                                                 eval_seconds)
@@ -353,10 +364,11 @@ class _Run:
 
     @property
     def fit_after_epoch(self) -> int:
-        """The epoch after which the schedule is fitted to the time limit: the end of the warm-up,
-        whose learning rates do not depend on the schedule's length (so the fitted run is the same
-        as one started with ``num_epochs`` set to the fitted length)."""
-        return max(1, math.ceil(self.general["lr_scheduler"]["warmup_epochs"]))
+        """The epoch after which the schedule is fitted to the time limit: the last whole epoch of the
+        warm-up, whose learning rates do not depend on the schedule's length (so the fitted run is the
+        same as one started with ``num_epochs`` set to the fitted length; the recipe check requires
+        ``warmup_epochs >= 1`` with fitting)."""
+        return max(1, math.floor(self.general["lr_scheduler"]["warmup_epochs"]))
 
     def fit_to_time_limit(self, epochs_done: int, epoch_seconds: float, eval_seconds: float) -> str | None:
         """Shorten the schedule so that it reaches its end inside ``time_limit_minutes``.
