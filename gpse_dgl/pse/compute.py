@@ -654,8 +654,8 @@ def compute_pses(
         # one member graph per input graph (nothing batched): the per-graph counts are known already
         counts = result.num_nodes.tolist() if result.num_nodes.shape[0] == len(part_graphs) else None
         write_ndata(part_graphs, result.node, counts)
+        result.node.clear()  # now held by the graphs; only the graph-level values are joined below
 
     results = job.run(job.parts(glist), on_part=write)
-    graph_level = {name: torch.cat([r.graph[name] for r in results]) for name in results[0].graph}
-    return (glist[0] if single else glist), graph_level
+    return (glist[0] if single else glist), _concat_results(results).graph
 

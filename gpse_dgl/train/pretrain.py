@@ -243,12 +243,6 @@ def set_schedule_length(scheduler, general: dict, steps_per_epoch: int, num_epoc
         scheduler._last_lr = rates
 
 
-# Share of the projected time left that a fitted schedule plans to use. Epoch times vary by ~+-15 %
-# within a run on a shared CPU, but erring long costs little: a run that falls behind is stopped by the
-# time limit in the cosine's tail, where the rate is already near 0 (at 95 % of the schedule: 0.6 % of
-# the peak), while erring short leaves minutes of the budget unused.
-_TIME_MARGIN = 1.0
-
 
 def training_features(graph, dim: int, generator: torch.Generator) -> torch.Tensor:
     """Fresh N(0, 1) input features for a training batch, drawn from the run's ``generator``."""
@@ -383,10 +377,12 @@ class _Run:
         limit = self.general["time_limit_minutes"]
         if limit is None or self.state.num_epochs is not None or epoch_seconds <= 0:
             return None
-        # what is left after the final evaluation of the best checkpoint (validation + test), with a
-        # margin for the machine's speed varying during the run
+        # All the time left after the final evaluation of the best checkpoint (validation + test), no
+        # margin: epoch times vary by ~+-15 % within a run on a shared CPU, but erring long costs little
+        # (a run that falls behind is stopped by the time limit in the cosine's tail, where the rate is
+        # near 0: 0.6 % of the peak at 95 % of the schedule), while erring short leaves minutes unused.
         left = limit * 60 - (time.perf_counter() - self.started) - 2 * eval_seconds
-        fitted = epochs_done + max(1, int(_TIME_MARGIN * left / epoch_seconds))
+        fitted = epochs_done + max(1, int(left / epoch_seconds))
         if fitted >= self.general["num_epochs"]:
             return None
         self.state.num_epochs = fitted
@@ -500,7 +496,7 @@ class _Run:
         return {
             "status": status,
             "epochs_completed": state.epoch,
-            "num_epochs": state.num_epochs or self.general["num_epochs"],
+            "num_epochs": self.num_epochs,
             "fitted_to_time_limit": state.num_epochs is not None,
             "best_epoch": state.best_epoch,
             "best_val_r2": state.best_metric if state.best_epoch > 0 else None,
