@@ -162,9 +162,7 @@ def test_default_checkpoint(monkeypatch, tmp_path, ours_path, caplog):
 
 
 def test_shipped_asset_loads_if_present():
-    path = loading.default_checkpoint_path()
-    if not path.exists():
-        pytest.skip("gpse_dgl/assets/gpse_quickstart.pt not shipped in this checkout yet")
+    assert loading.default_checkpoint_path().is_file()
     model = load_gpse()
     assert model.checkpoint_info.default and not model.training
 
