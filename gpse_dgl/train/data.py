@@ -247,6 +247,8 @@ def _dataset_graphs(name: str, root: str | None, progress: bool) -> tuple[list, 
     if dataset.task != "graph":
         raise RecipeError(f"data.source: {name} is a node-level dataset (one graph); pretraining "
                           f"needs a set of graphs")
+    if name in HASH_SPLIT_SOURCES:  # unique featureless skeletons already: nothing to de-duplicate
+        return list(dataset.graphs), {"source": name, "kept": len(dataset.graphs)}
     graphs, stats = unique_structures(dataset.graphs)
     return graphs, {"source": name, **stats}
 
