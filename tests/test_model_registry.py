@@ -12,7 +12,8 @@ import threading
 import pytest
 import torch
 
-from gpse_dgl.cli import main
+from test_encode_cli import _run
+
 from gpse_dgl.encode import load_gpse
 from gpse_dgl.encode.fetch import ModelDownloadError, fetch_model
 from gpse_dgl.encode.models import (
@@ -80,16 +81,6 @@ def standin(server, tmp_path, monkeypatch):
 def _left_in_cache() -> list[str]:
     folder = models_dir()
     return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
-
-
-def _run(argv, capsys) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_registry_has_the_shipped_and_the_authors_models():
