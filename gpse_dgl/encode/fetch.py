@@ -17,7 +17,7 @@ kept (not downloaded again).
 Example
 -------
 >>> from gpse_dgl.encode.fetch import fetch_model
->>> path = fetch_model("molpcba")         # doctest: +SKIP  (needs the network)
+>>> path = fetch_model("molpcba")         # needs the network  # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -59,10 +59,10 @@ def verify_model_file(path: Path, spec: ModelSpec) -> None:
     try:
         model = load_gpse(path)
     except CheckpointError as exc:
-        raise ModelDownloadError(f"{spec.name}: the download is not a usable GPSE checkpoint ({exc})") from None
+        raise ModelDownloadError(f"{spec.name}: {path.name} is not a usable GPSE checkpoint ({exc})") from None
     fmt = model.checkpoint_info.format
     if fmt != spec.format or (model.num_layers, model.dim_hidden) != (spec.num_layers, spec.dim_hidden):
-        raise ModelDownloadError(f"{spec.name}: the download is a {model.num_layers} x {model.dim_hidden} GPSE "
+        raise ModelDownloadError(f"{spec.name}: {path.name} is a {model.num_layers} x {model.dim_hidden} GPSE "
                                  f"in {fmt} format, expected {spec.architecture} in {spec.format} format "
                                  "(wrong file)")
 
