@@ -135,3 +135,12 @@ def test_real_corpus_is_larger_than_embedded(tmp_path):
     report = ds.info["report"]
     assert report["files_used"] >= 5 and len(ds.graphs) > 10000
     assert any(f["file"].endswith("first_5K.smi") and f["used"] for f in report["files"])
+
+
+def test_info_prints_the_corpus_size(package, tmp_path, monkeypatch, capsys):
+    from test_encode_cli import _run
+
+    monkeypatch.setenv("GPSE_DGL_DATA", str(tmp_path / "data"))
+    code, out, _ = _run(["info"], capsys)
+    line = next(line for line in out.splitlines() if line.startswith("rdkit-molecules"))
+    assert code == 0 and "8 unique skeletons (train " in line and "in 4 files" in line
