@@ -54,3 +54,13 @@ def test_wl_ceiling_bounds_node_columns(tiny_run, capsys):
     # the bound is a least-squares optimum within colour classes: HKdiagSE is a function of the colour
     hk = next(line for line in out.splitlines() if line.startswith("HKdiagSE"))
     assert float(hk.split()[-1]) > 0.99
+
+
+@pytest.mark.slow
+def test_pretrain_sizing_reports_each_size(capsys):
+    _script("pretrain_sizing").main(["--recipe", str(BENCHMARKS.parent / "recipes" / "quickstart.yaml"),
+                                     "--quick", "--sizes", "2x8,3x16", "--steps", "1",
+                                     "--set", "data.skeleton_edits=0"])
+    out = capsys.readouterr().out
+    assert "targets: 500 graphs" in out
+    assert "| 2 x 8 |" in out and "| 3 x 16 |" in out

@@ -88,8 +88,9 @@ def _load_graphs(dataset, input_path, smiles, root):
 
 @click.command("encode")
 @click.option("--checkpoint", "checkpoint", type=click.Path(dir_okay=False), default=None,
-              help="GPSE checkpoint: ours or the authors' (gpse_model_<name>_1.0.pt, auto-detected). "
-                   "Default: the small quickstart model shipped with gpse-dgl.")
+              help="GPSE checkpoint: a registered model name (see `gpse-dgl models`) or a file, ours or "
+                   "the authors' (gpse_model_<name>_1.0.pt, auto-detected). Default: the model shipped "
+                   "with gpse-dgl.")
 @click.option("--dataset", default=None, help="Registered dataset name (see the error for a bad name).")
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="DGL binary graph file (dgl.save_graphs).")
@@ -149,9 +150,6 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     with _silenced("gpse_dgl.encode"):  # the line below says the same, once
         model = load_gpse(checkpoint, device=device)
     click.echo(f"model: {describe_checkpoint(model)}", err=True)
-    if checkpoint is None:
-        click.echo("       (the small quickstart model shipped with gpse-dgl; pass --checkpoint "
-                   "gpse_model_molpcba_1.0.pt or your own best.pt for other weights)", err=True)
     graphs, labels, description = _load_graphs(dataset, input_path, smiles, root)
     num_nodes = sum(g.num_nodes() for g in graphs)
     click.echo(f"input: {description}: {len(graphs)} graph(s), {num_nodes} nodes", err=True)

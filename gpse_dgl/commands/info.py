@@ -14,6 +14,15 @@ def _version(module: str) -> str:
         return f"not available ({type(exc).__name__})"
 
 
+def _rdkit_corpus_size() -> str:
+    try:
+        from ..data.rdkit_corpus import corpus_summary
+
+        return corpus_summary()
+    except Exception as exc:  # noqa: BLE001 - report, don't fail
+        return f"not available ({type(exc).__name__})"
+
+
 @click.command("info")
 def command():
     """Print versions (python, torch, dgl, rdkit, ogb), devices, and DGL kernel support per device.
@@ -31,6 +40,7 @@ def command():
     for name in ("torch", "dgl", "rdkit", "ogb", "numpy", "scipy"):
         click.echo(f"{name:<9} {_version(name)}")
     click.echo(f"threads   torch uses {torch.get_num_threads()}")
+    click.echo(f"rdkit-molecules  {_rdkit_corpus_size()}")
     devices = ["cpu"]
     if torch.cuda.is_available():
         devices += [f"cuda:{i}" for i in range(torch.cuda.device_count())]

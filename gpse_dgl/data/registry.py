@@ -9,6 +9,7 @@ Built-in names (see ``available_datasets()`` and each loader module for the layo
 
 ================================  =====================================================================
 ``embedded-molecules``            RDKit's bundled NCI SMILES as unique molecule skeletons (no labels)
+``rdkit-molecules``               every molecule file inside the RDKit package, unique skeletons, hash split
 ``csl``, ``wl-pairs``, ``exp``    expressivity benchmarks (CSL and WL pairs built, EXP read from disk)
 ``erdos-renyi``                   G(n, p) graphs (kwargs ``num_graphs``, ``num_nodes``, ``p`` / ``avg_degree``)
 ``synthetic-arxiv``               random node-level graph of ogbn-arxiv's size (directed)
@@ -143,6 +144,11 @@ def _embedded_molecules(root, progress: bool = False, seed: int = 0) -> GraphDat
         info={"source": str(embedded_smiles_path()), "note": "unique molecule skeletons, for pretraining"})
 
 
+def _rdkit_molecules(root, **kw):
+    from .rdkit_corpus import load_rdkit_molecules
+    return load_rdkit_molecules(root, **kw)
+
+
 def _csl(root, **kw):
     from .synthetic import csl_dataset
     return csl_dataset(**kw)
@@ -249,6 +255,8 @@ _OGBN = {
 def _register_builtins() -> None:
     register_dataset("embedded-molecules", _embedded_molecules,
                      "RDKit's bundled NCI SMILES as unique molecule skeletons (unlabelled, for pretraining)")
+    register_dataset("rdkit-molecules", _rdkit_molecules,
+                     "every molecule file shipped inside RDKit as unique skeletons, split by skeleton hash")
     register_dataset("csl", _csl, "Circular Skip Link graphs: 150 x 41 nodes, 10 classes, stratified 5-fold CV")
     register_dataset("wl-pairs", _wl_pairs, "1-WL-indistinguishable pairs (squares/triangles, hexagon/pentagon)")
     register_dataset("erdos-renyi", _erdos_renyi, "seeded G(n, p) graphs for scaling runs (unlabelled)")

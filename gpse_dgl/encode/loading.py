@@ -56,19 +56,23 @@ class CheckpointInfo:
     path: str
     format: str          # "gpse-dgl" or "authors"
     default: bool        # the checkpoint shipped with gpse-dgl
+    name: str | None = None  # the registered model name it was asked for by (gpse_dgl.encode.models)
 
     def describe(self, model) -> str:
-        """One line: file, format and size of the encoder."""
+        """One line: file, registered name, format and size of the encoder."""
         params = sum(p.numel() for p in model.parameters())
-        origin = "shipped default, " if self.default else ""
+        named = f"{self.name!r}, " if self.name else ""
+        origin = f"shipped default {named}" if self.default else (f"registered model {named}" if named else "")
         fmt = "authors' format" if self.format == "authors" else "gpse-dgl format"
         return (f"{self.path} ({origin}{fmt}; {model.num_layers} layers x {model.dim_hidden}, "
                 f"{params / 1e6:.1f}M parameters, virtual node {'on' if model.virtual_node else 'off'})")
 
 
 def default_checkpoint_path() -> Path:
-    """Path of the small pretrained encoder shipped in ``gpse_dgl/assets`` (it may be absent in a checkout)."""
-    return Path(__file__).resolve().parent.parent / "assets" / DEFAULT_CHECKPOINT
+    """Path of the default model (registered as ``models.DEFAULT_MODEL``; it may be absent in a checkout)."""
+    from .models import DEFAULT_MODEL, get_model, model_path
+
+    return model_path(get_model(DEFAULT_MODEL))
 
 
 def _state_and_config(payload: dict) -> tuple[dict | None, dict | None]:
@@ -177,9 +181,10 @@ def load_gpse(path: str | os.PathLike | None = None, device="cpu", backend: str 
     Parameters
     ----------
     path : str or PathLike, optional
-        A gpse-dgl checkpoint (``best.pt`` of ``gpse-dgl pretrain``) or an authors' file
-        (``gpse_model_molpcba_1.0.pt``); the format is detected from the content. None: the small
-        model shipped with gpse-dgl (:func:`default_checkpoint_path`); a log line says so.
+        A gpse-dgl checkpoint (``best.pt`` of ``gpse-dgl pretrain``), an authors' file
+        (``gpse_model_molpcba_1.0.pt``; the format is detected from the content), or a registered model
+        name (``quickstart``, ``molpcba``, ...: :mod:`gpse_dgl.encode.models`). None: the default model
+        shipped with gpse-dgl (:func:`default_checkpoint_path`); a log line says so.
     device : str or torch.device
         Where the encoder's parameters go.
     backend : str, optional
@@ -194,7 +199,10 @@ def load_gpse(path: str | os.PathLike | None = None, device="cpu", backend: str 
     Raises
     ------
     CheckpointError
-        Missing or unreadable file, not a GPSE checkpoint, missing tensor or wrong shape (one line).
+        Missing or unreadable file, not a GPSE checkpoint, missing tensor or wrong shape, a registered
+        model that is not downloaded (one line).
+    UnknownModelError
+        ``path`` is neither a file nor a registered name (the message lists the names).
 
     Examples
     --------
@@ -203,8 +211,13 @@ def load_gpse(path: str | os.PathLike | None = None, device="cpu", backend: str 
     """
     from ..train.checkpoint import load_checkpoint
 
-    default = path is None
-    path = default_checkpoint_path() if default else Path(path)
+    from .models import DEFAULT_MODEL, resolve_checkpoint
+
+    default, spec = path is None, None
+    if default:
+        path = default_checkpoint_path()
+    else:
+        path, spec = resolve_checkpoint(path)
     if default and not path.exists():
         raise CheckpointError(f"no checkpoint given and the shipped default {path} is missing; "
                               "pass --checkpoint PATH (a gpse-dgl best.pt or gpse_model_<name>_1.0.pt)")
@@ -216,7 +229,8 @@ def load_gpse(path: str | os.PathLike | None = None, device="cpu", backend: str 
                               "'model_config', or the authors' 'model_state' with 'model.' keys)")
     model = (_authors if fmt == "authors" else _ours)(path, payload, backend)
     model = model.to(device).eval()
-    model.checkpoint_info = CheckpointInfo(str(path), fmt, default)
+    name = DEFAULT_MODEL if default else (spec.name if spec is not None else None)
+    model.checkpoint_info = CheckpointInfo(str(path), fmt, default, name)
     message = f"GPSE encoder: {model.checkpoint_info.describe(model)}"
     if default:
         logger.warning("no checkpoint given, using the small model shipped with gpse-dgl: %s", message)

@@ -7,7 +7,8 @@ Steps (``build_pretraining_data``):
    OGB's on-disk layout). Molecules become unique bare skeletons (``data.molecules``); other graph
    datasets are used as they are, minus graphs with <= 1 node or no edge.
 2. **Subset and split.** An optional seeded ``max_graphs`` subset, then a seeded random split
-   (90 / 5 / 5 by default, fixed across runs as in the paper). With ``skeleton_edits`` > 0, ring-edited
+   (90 / 5 / 5 by default, fixed across runs as in the paper); ``rdkit-molecules`` is split by a hash
+   of each skeleton instead (:data:`HASH_SPLIT_SOURCES`), so a graph's split never depends on the others. With ``skeleton_edits`` > 0, ring-edited
    copies of training graphs (:mod:`gpse_dgl.data.skeleton_edits`) join the training split only
    (:func:`add_skeleton_edits`).
 3. **Targets.** ``pse.pretraining_targets`` computes the standardised node targets and raw graph
@@ -43,6 +44,8 @@ from ..data.cache import file_sha256
 NODE_TARGET_KEY = "gpse_node_target"
 CACHE_FORMAT_VERSION = 1
 SPLIT_NAMES = ("train", "val", "test")
+# sources whose split is a hash of each skeleton (data.split fractions, no seed), not a seeded draw
+HASH_SPLIT_SOURCES = ("rdkit-molecules",)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -244,6 +247,8 @@ def _dataset_graphs(name: str, root: str | None, progress: bool) -> tuple[list, 
     if dataset.task != "graph":
         raise RecipeError(f"data.source: {name} is a node-level dataset (one graph); pretraining "
                           f"needs a set of graphs")
+    if name in HASH_SPLIT_SOURCES:  # unique featureless skeletons already: nothing to de-duplicate
+        return list(dataset.graphs), {"source": name, "kept": len(dataset.graphs)}
     graphs, stats = unique_structures(dataset.graphs)
     return graphs, {"source": name, **stats}
 
@@ -387,15 +392,27 @@ def _subset_and_split(graphs: list, data_recipe: dict) -> tuple[list, torch.Tens
     if len(graphs) < 3:
         raise RecipeError(f"data.source: only {len(graphs)} usable graphs; at least 3 are needed "
                           f"for a train / validation / test split")
-    parts = random_split(len(graphs), data_recipe["split"], seed=seed, names=SPLIT_NAMES)
-    split_of_graph = torch.full((len(graphs),), -1, dtype=torch.int64)
-    for code, name in enumerate(SPLIT_NAMES):
-        split_of_graph[parts[name]] = code
+    if data_recipe["source"] in HASH_SPLIT_SOURCES:
+        split_of_graph = _hash_split(graphs, data_recipe["split"])
+    else:
+        parts = random_split(len(graphs), data_recipe["split"], seed=seed, names=SPLIT_NAMES)
+        split_of_graph = torch.full((len(graphs),), -1, dtype=torch.int64)
+        for code, name in enumerate(SPLIT_NAMES):
+            split_of_graph[parts[name]] = code
     for code, name in enumerate(SPLIT_NAMES[:2]):
         if not (split_of_graph == code).any():
             raise RecipeError(f"data.split: the {name} split of {len(graphs)} graphs is empty; "
                               f"use more graphs or a larger fraction")
     return graphs, split_of_graph
+
+
+def _hash_split(graphs: list, fractions) -> torch.Tensor:
+    """Split codes fixed by a hash of each graph's canonical skeleton SMILES (``data.rdkit_corpus``):
+    a graph keeps its split whatever else is in the source."""
+    from ..data.rdkit_corpus import hash_split_codes
+    from ..utils.graph import graph_simple_edges
+
+    return hash_split_codes([_skeleton_key(g.num_nodes(), *graph_simple_edges(g)) for g in graphs], fractions)
 
 
 def _compute_targets(graphs: list, node_names: list, graph_names: list, data_recipe: dict,

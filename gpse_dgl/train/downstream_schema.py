@@ -117,8 +117,9 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
             "dropout_out": Field("number", 0.0, "dropout on the encoded PE", minimum=0.0, maximum=1.0),
             "random_dim": Field("int", 20, "source random: features per node", minimum=1),
             "random_seed": Field("int", 0, "source random: seed of the per-graph features", minimum=0),
-            "checkpoint": Field("str", None, "source GPSE: checkpoint (gpse-dgl best.pt or the authors' "
-                                "gpse_model_*.pt); null = the model shipped with gpse-dgl", nullable=True),
+            "checkpoint": Field("str", None, "source GPSE: a registered model name (gpse-dgl models) or a "
+                                "checkpoint file (gpse-dgl best.pt or the authors' gpse_model_*.pt); null = the "
+                                "model shipped with gpse-dgl", nullable=True),
             "gpse_seed": Field("int", 0, "source GPSE: seed of the encoder's random input features", minimum=0),
             "gpse_samples": Field("int", 1, "source GPSE: average the encodings of this many feature draws",
                                   minimum=1),

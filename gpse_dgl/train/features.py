@@ -353,8 +353,9 @@ def structure_digest(graphs: Sequence) -> str:
 def _checkpoint_identity(checkpoint: str | None) -> dict:
     """The GPSE checkpoint by content (a copied or renamed file still hits the cache)."""
     from ..encode import default_checkpoint_path
+    from ..encode.models import resolve_checkpoint
 
-    path = Path(checkpoint) if checkpoint else default_checkpoint_path()
+    path = resolve_checkpoint(checkpoint)[0] if checkpoint else default_checkpoint_path()
     if not path.is_file():
         from ..utils.errors import CheckpointError
 
