@@ -21,6 +21,7 @@ VERBS = {
     "pretrain": "pretrain",
     "encode": "encode",
     "train": "train",
+    "report": "report",
 }
 
 
