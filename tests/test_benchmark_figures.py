@@ -69,3 +69,22 @@ def test_er_scaling_runs_on_tiny_sizes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "5 PSEs (dense)" in out and "3 PSEs (sparse path)" in out and "12 x 64 (shipped), fp32" in out
     assert_png(figure)
+
+
+def test_score_bars_of_a_sweep_show_every_source_with_the_papers_value(tmp_path, monkeypatch):
+    import run_downstream_sweep
+
+    def summary(train, test):
+        return {"num_runs": 5, "summary": {"train": {"mean": train, "std": 0.01}, "test": {"mean": test, "std": 0.02}}}
+
+    by_source = {"none": summary(0.1, 0.1), "random": summary(0.12, 0.11), "GPSE": summary(0.99, None)}
+    drawn = []
+    monkeypatch.setattr(_figures, "save", lambda fig, path: drawn.append(fig) or _save(fig, path))
+    path = run_downstream_sweep.plot_scores(by_source, tmp_path / "csl.png", "CSL", "accuracy (%)",
+                                            splits=("train", "test"), percent=True,
+                                            paper={"none": "10.0 ± 0.0", "GPSE": "42.9 ± 7.9"})
+    assert_png(path)
+    ax = drawn[0].axes[0]
+    assert [tick.get_text() for tick in ax.get_xticklabels()] == ["none", "rand", "GPSE"]
+    heights = [round(bar.get_height(), 6) for bar in ax.patches]
+    assert heights[:3] == [10.0, 12.0, 99.0] and heights[3:5] == [10.0, 11.0] and math.isnan(heights[5])

@@ -154,10 +154,13 @@ def _write(out_dir: Path, payload: dict, data_recipe: dict, recipe: dict, histor
     _require_matplotlib()
     from .data import build_pretraining_data
 
-    data = build_pretraining_data(data_recipe, log=lambda message: None)
-    model = _load_model(payload)
+    from .runtime import resolve_device
+
+    data = build_pretraining_data(data_recipe, log=log)
+    device = resolve_device(recipe["device"])
+    model = _load_model(payload).to(device)
     scaling = payload.get("graph_target_scaling") or data.graph_target_scaling
-    held_out = {split: predict_split(model, data, split, recipe["seed"], scaling)
+    held_out = {split: predict_split(model, data, split, recipe["seed"], scaling, device=device)
                 for split in ("val", "test") if len(data.splits[split])}
     if not held_out:
         raise GPSEError(f"{data_recipe['source']}: no validation or test graphs to report on")
@@ -190,7 +193,7 @@ def _load_model(payload: dict) -> torch.nn.Module:
 
 @torch.no_grad()
 def predict_split(model: torch.nn.Module, data, split: str, seed: int, scaling: dict | None,
-                  batch_size: int = 512) -> HeldOut:
+                  batch_size: int = 512, device=None) -> HeldOut:
     """Targets, predictions and R^2 report of ``data.splits[split]`` with the run's evaluation inputs.
 
     ``scaling`` (``{"mean", "std"}``) maps the model's graph outputs to raw values; the data's own
@@ -204,7 +207,8 @@ def predict_split(model: torch.nn.Module, data, split: str, seed: int, scaling: 
     accumulator = R2Accumulator(data.columns, data.num_node_columns)
     parts = {"node_true": [], "node_pred": [], "graph_true": [], "graph_pred": []}
     for graph, node_true, graph_true in data.splits[split].batches(batch_size):
-        node_pred, graph_pred = model(graph, evaluation_features(graph, dim_in, feature_seed))
+        x = evaluation_features(graph, dim_in, feature_seed).to(device or "cpu")
+        node_pred, graph_pred = (out.cpu() for out in model(graph, x))
         graph_true = _unscale(graph_true, data.graph_target_scaling)
         graph_pred = _unscale(graph_pred, scaling)
         accumulator.update(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes())

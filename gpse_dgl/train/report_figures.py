@@ -30,6 +30,8 @@ import numpy as np
 SCATTER_LIMIT = 3000
 DPI = 100
 OURS, OURS_LIGHT, PAPER = "#1f77b4", "#9ecae1", "#ff7f0e"
+# one colour per PSE in the per-column bars; no orange, which marks the paper's values
+PSE_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
 
 
 def _pyplot():
@@ -95,9 +97,8 @@ def r2_bars(per_pse: dict, per_column: list, columns: list, paper: dict, path) -
 
 
 def _column_bars(ax, per_column: list, columns: list, paper: dict) -> None:
-    plt = _pyplot()
     pses = list(dict.fromkeys(name for name, _ in columns))
-    colours = {name: plt.cm.tab10(i % 10) for i, name in enumerate(pses)}
+    colours = {name: PSE_COLOURS[i % len(PSE_COLOURS)] for i, name in enumerate(pses)}
     values = [_finite(v) for v in per_column]
     floor = _r2_floor(values)
     ax.bar(range(len(values)), [max(v, floor) for v in values], 0.8,
