@@ -88,7 +88,10 @@ def bars_with_errors(groups, series, path, title: str, ylabel: str, reference=No
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=8)
+    top = np.nanmax([m + (0 if math.isnan(e) else e) for _, means, stds in series for m, e in zip(means, stds)]
+                    + ([v for v in reference[1] if not math.isnan(v)] if reference else []) + [0.0])
+    ax.set_ylim(0, 1.25 * top if top > 0 else 1.0)  # headroom for the legend above the bars
+    ax.legend(fontsize=8, loc="upper center", ncol=len(series) + (reference is not None), frameon=False)
     return save(fig, path)
 
 
@@ -110,17 +113,20 @@ def speed_bars(rows, path, title: str, unit: str) -> Path:
     colours = [PRECISION_COLOURS.get(row["precision"], OTHER_COLOUR) if row["label"].lower().startswith("ours")
                else OTHER_COLOUR for row in rows]
     bars = ax.bar(range(len(rows)), [row["throughput"] for row in rows], 0.6, color=colours)
-    ax.bar_label(bars, labels=[_short(row["throughput"]) for row in rows], fontsize=8, padding=2)
+    ax.bar_label(bars, labels=[_short(row["throughput"]) + (f"\n{row['throughput'] / row['peak']:.0%} of peak"
+                                                           if row.get("peak") else "") for row in rows],
+                 fontsize=8, padding=2)
     peaks = {}
     for row in rows:
         if row.get("peak") is not None:
             peaks.setdefault(row["precision"], row["peak"])
-    for i, (precision, peak) in enumerate(peaks.items()):
+    for precision, peak in peaks.items():
         ax.axhline(peak, color=PRECISION_COLOURS.get(precision, "grey"), linestyle="--", linewidth=1.2,
                    label=f"dense matmul peak, {precision}: {_short(peak)} {unit}")
     ax.set_xticks(range(len(rows)), labels)
     ax.set_ylabel(f"throughput ({unit})")
-    ax.set_ylim(0, 1.15 * max([row["throughput"] for row in rows] + list(peaks.values()) + [1e-9]))
+    # headroom above the highest bar or line for the legend
+    ax.set_ylim(0, 1.4 * max([row["throughput"] for row in rows] + list(peaks.values()) + [1e-9]))
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
     if peaks:

@@ -164,6 +164,7 @@ def plot(results: dict, path: Path) -> bool:
             ax.set_title(f"{mode} input: silhouette {item['scores']['silhouette']:.2f}", fontsize=10)
             ax.set_xlabel("PC 1")
             ax.set_ylabel("PC 2")
+            ax.ticklabel_format(style="sci", scilimits=(-2, 3))  # 1e-4-sized spreads: no overlapping labels
             ax.legend(fontsize=8)
     fig.suptitle("GPSE encodings (mean-pooled) of 1-WL-indistinguishable pairs, 2-D PCA")
     fig.tight_layout()
