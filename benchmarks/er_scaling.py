@@ -3,8 +3,8 @@
 (the paper's graph-size scaling experiment, appendix table ``graph_size_scaling``), on our code.
 
 For every size n, G(n, p) graphs with a fixed average degree (``--avg-degree``, default 10: p = 10 / (n - 1);
-the paper does not publish its p) totalling about ``--nodes-per-size`` nodes (200 graphs of 100 nodes,
-20 of 1,000, one of 20,000 or more) are timed, best of ``--repeats``, as seconds per graph:
+the paper does not publish its p) totalling about ``--nodes-per-size`` nodes (100 graphs of 100 nodes,
+10 of 1,000, one of 10,000 or more) are timed, best of ``--repeats``, as seconds per graph:
 
 * ``5 PSEs (dense)``: :func:`gpse_dgl.pse.compute_pses` with ElstaticPE, LapPE, RWSE, HKdiagSE and
   EigVals, for n <= ``--dense-max`` (CycleGE is left out, as in the paper: counting cycles up to length
@@ -21,8 +21,9 @@ dense eigendecompositions go like n^3 per graph, GPSE like its edge count (n at 
 
 Run::
 
-    python benchmarks/er_scaling.py                       # 100 .. 1,000 nodes, a few minutes on 2 cores
-    python benchmarks/er_scaling.py --max-nodes 100000    # + 3,000 .. 100,000 nodes: sparse path and GPSE
+    python benchmarks/er_scaling.py                       # 100 .. 1,000 nodes, about 3 CPU minutes
+    python benchmarks/er_scaling.py --max-nodes 100000    # + 3,000 .. 100,000 nodes (dense PSEs to 3,000;
+                                                          # minutes per size at the top)
     python benchmarks/er_scaling.py --quick               # smaller sets, about a minute
     python benchmarks/er_scaling.py --precisions fp32,bf16   # a bf16 GPSE curve (encode(precision=...))
     python benchmarks/er_scaling.py --threads 1 --clock cpu  # steadier on a machine shared with other jobs
@@ -148,7 +149,7 @@ def main(argv=None) -> None:
     parser.add_argument("--dense-max", type=int, default=3000,
                         help="largest size timed with the dense PSEs (default: %(default)s)")
     parser.add_argument("--avg-degree", type=float, default=10.0, help="expected degree (default: %(default)s)")
-    parser.add_argument("--nodes-per-size", type=int, default=20000,
+    parser.add_argument("--nodes-per-size", type=int, default=10000,
                         help="nodes per size, in graphs of that size (default: %(default)s)")
     parser.add_argument("--precisions", type=lambda s: s.split(","), default=["fp32"],
                         help="GPSE encode precisions, comma-separated (default: fp32; e.g. fp32,bf16)")
