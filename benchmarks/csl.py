@@ -17,16 +17,21 @@ shared with other jobs, so ~20 min per repeat there; use ``--repeats 3`` when ti
     python benchmarks/csl.py --checkpoint runs/quickstart/best.pt --out benchmarks/results/csl
     python benchmarks/csl.py --repeats 2 --epochs 50          # a quicker look
 
-Outputs: ``<out>/csl.md`` (table), ``<out>/csl.json`` (all runs), ``<out>/runs/`` (jobs; ``--resume``).
+Outputs: ``<out>/csl.md`` (table), ``<out>/csl.json`` (all runs), ``<out>/runs/`` (jobs; ``--resume``) and
+``benchmarks/figures/csl.png`` (accuracy per encoding with error bars, the paper's beside; ``--figure``;
+``--plot-only`` redraws it from ``<out>/csl.json``).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_downstream_sweep import ROOT, describe_setup, load_jobs, markdown_table, run_sweep, write_outputs  # noqa: E402
+from _figures import figure_path  # noqa: E402
+from run_downstream_sweep import (PAPER, ROOT, describe_setup, load_jobs, markdown_table, plot_scores,  # noqa: E402
+                                  run_sweep, write_outputs)
 
 SOURCES = ("none", "random", "GPSE", "LapPE", "RWSE")  # the paper's row order
 RECIPE = ROOT / "recipes" / "downstream" / "csl.yaml"
@@ -53,7 +58,12 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/csl"), help="output folder")
     parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--figure", type=Path, default=figure_path("csl.png"), help="PNG path (default: %(default)s)")
+    parser.add_argument("--plot-only", action="store_true", help="only redraw the figure from <out>/csl.json")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        plot(json.loads((args.out / "csl.json").read_text(encoding="utf-8")), args.figure)
+        return
 
     sources = args.sources.split(",")
     checkpoint = gpse_checkpoint(args.checkpoint)
@@ -85,6 +95,15 @@ def main(argv=None) -> None:
     print(table)
     print("\n" + "\n".join(notes))
     print(f"\nwritten: {args.out / 'csl.md'}, {args.out / 'csl.json'}")
+    plot(results, args.figure)
+
+
+def plot(results: dict, path: Path) -> Path:
+    """Train and test accuracy per encoding, mean ± std over folds and repeats; the paper's test beside."""
+    by_source = results["csl"]
+    runs = next(iter(by_source.values()))["num_runs"]
+    return plot_scores(by_source, path, f"CSL, GIN: accuracy per input encoding (mean ± std over {runs} runs)",
+                       "accuracy (%)", splits=("train", "test"), percent=True, paper=PAPER["csl"])
 
 
 if __name__ == "__main__":

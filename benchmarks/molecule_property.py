@@ -25,7 +25,9 @@ Run::
 
     python benchmarks/molecule_property.py --checkpoint runs/quickstart/best.pt --out benchmarks/results/tpsa
 
-Outputs: ``<out>/tpsa.md`` (table), ``<out>/tpsa.json`` (all runs), ``<out>/runs/`` (jobs; ``--resume``).
+Outputs: ``<out>/tpsa.md`` (table), ``<out>/tpsa.json`` (all runs), ``<out>/runs/`` (jobs; ``--resume``) and
+``benchmarks/figures/tpsa.png`` (MAE per encoding with error bars; ``--figure``; ``--plot-only`` redraws it
+from ``<out>/tpsa.json``).
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_downstream_sweep import describe_setup, format_stats, run_sweep, write_outputs  # noqa: E402
+from _figures import figure_path  # noqa: E402
+from run_downstream_sweep import describe_setup, format_stats, plot_scores, run_sweep, write_outputs  # noqa: E402
 
 SOURCES = ("none", "LapPE", "RWSE", "AllPSE", "GPSE")
 DATASET = "nci-tpsa"
@@ -121,7 +124,14 @@ def main(argv=None) -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tpsa"), help="output folder")
     parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--figure", type=Path, default=figure_path("tpsa.png"), help="PNG path (default: %(default)s)")
+    parser.add_argument("--plot-only", action="store_true", help="only redraw the figure from <out>/tpsa.json")
     args = parser.parse_args(argv)
+    if args.plot_only:
+        import json
+
+        plot(json.loads((args.out / "tpsa.json").read_text(encoding="utf-8")), args.figure)
+        return
 
     import copy
 
@@ -164,6 +174,16 @@ def main(argv=None) -> None:
     print(table)
     print("\n" + "\n".join(notes))
     print(f"\nwritten: {args.out / 'tpsa.md'}, {args.out / 'tpsa.json'}")
+    plot(results, args.figure)
+
+
+def plot(results: dict, path: Path) -> Path:
+    """Validation and test MAE per encoding, mean ± std over the seeds."""
+    by_source = results[DATASET]
+    runs = next(iter(by_source.values()))["num_runs"]
+    return plot_scores(by_source, path, f"TPSA of RDKit's NCI molecules, GINE: MAE per PE source "
+                                        f"(mean ± std over {runs} seeds; lower is better)",
+                       "MAE (Å²)", splits=("val", "test"))
 
 
 def tpsa_table(by_source: dict) -> str:

@@ -34,10 +34,8 @@ from gpse_dgl.train import pretrain as pt  # noqa: E402
 from gpse_dgl.train.data import build_pretraining_data  # noqa: E402
 from gpse_dgl.train.metrics import R2Accumulator  # noqa: E402
 from gpse_dgl.recipes import validate_recipe  # noqa: E402
-
 # the paper's table pse_perf: test R^2 of the 20 x 512 model trained on 5 % of MolPCBA (16,177 graphs)
-PAPER_TEST = {"ElstaticPE": 0.964, "LapPE": 0.973, "RWSE": 0.984, "HKdiagSE": 0.981, "EigVals": 0.982,
-              "CycleGE": 0.977, "Overall": 0.979}
+from gpse_dgl.train.report import PAPER_TEST_R2 as PAPER_TEST  # noqa: E402
 
 
 def evaluate(model, batches, data, seed: int, dim_in: int, mode: str) -> dict:

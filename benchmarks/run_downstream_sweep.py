@@ -243,6 +243,28 @@ def _slim(summary: dict) -> dict:
     return json.loads(json.dumps(slim, default=lambda v: None if isinstance(v, float) and not math.isfinite(v) else v))
 
 
+def plot_scores(by_source: dict, path: Path, title: str, ylabel: str, splits=("test",), percent: bool = False,
+                paper: dict | None = None) -> Path:
+    """Bars of mean ± std per PE source and split (``benchmarks/_figures.bars_with_errors``); ``paper``
+    (``{source: "mean ± std"}``) is drawn as a dashed tick over each source."""
+    from _figures import bars_with_errors
+
+    scale = 100.0 if percent else 1.0
+    sources = list(by_source)
+
+    def stat(source, split, key):
+        value = by_source[source]["summary"][split].get(key)
+        return math.nan if value is None else value * scale
+
+    series = [(f"ours, {split}", [stat(s, split, "mean") for s in sources], [stat(s, split, "std") for s in sources])
+              for split in splits]
+    reference = None
+    if paper:
+        reference = ("paper, test", [float(paper[s].split("±")[0]) if s in paper else math.nan for s in sources])
+    return bars_with_errors([SOURCE_LABELS.get(s, s) for s in sources], series, path, title, ylabel, reference,
+                            value_format="{:.1f}" if percent else "{:.3g}")
+
+
 # ----------------------------------------------------------------------------------------------
 
 

@@ -27,8 +27,8 @@ Run::
 
     python benchmarks/wl_pairs.py --checkpoint runs/quickstart/best.pt --out benchmarks/results/wl_pairs
 
-Outputs: ``<out>/wl_pairs.md`` (scores table), ``<out>/wl_pairs.json``, ``<out>/wl_pairs.png`` (needs
-matplotlib: ``pip install matplotlib``, the ``bench`` extra; without it the scores are still written).
+Outputs: ``<out>/wl_pairs.md`` (scores table), ``<out>/wl_pairs.json`` and the figure
+``benchmarks/figures/wl_pairs.png`` (``--figure``; without matplotlib the scores are still written).
 """
 from __future__ import annotations
 
@@ -164,6 +164,7 @@ def plot(results: dict, path: Path) -> bool:
             ax.set_title(f"{mode} input: silhouette {item['scores']['silhouette']:.2f}", fontsize=10)
             ax.set_xlabel("PC 1")
             ax.set_ylabel("PC 2")
+            ax.ticklabel_format(style="sci", scilimits=(-2, 3))  # 1e-4-sized spreads: no overlapping labels
             ax.legend(fontsize=8)
     fig.suptitle("GPSE encodings (mean-pooled) of 1-WL-indistinguishable pairs, 2-D PCA")
     fig.tight_layout()
@@ -182,6 +183,8 @@ def main(argv=None) -> None:
                         help="average this many random draws per copy (paper: 1; more shows the signal under "
                              "the noise of a weak encoder)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/wl_pairs"), help="output folder")
+    parser.add_argument("--figure", type=Path, default=ROOT / "benchmarks" / "figures" / "wl_pairs.png",
+                        help="PNG path (default: benchmarks/figures/wl_pairs.png)")
     args = parser.parse_args(argv)
 
     from gpse_dgl.encode import describe_checkpoint, load_gpse
@@ -194,7 +197,7 @@ def main(argv=None) -> None:
     results = analyse(model, args.copies, args.seed, args.samples)
     table = markdown(results)
     args.out.mkdir(parents=True, exist_ok=True)
-    png = args.out / "wl_pairs.png"
+    png = args.figure
     plotted = plot(results, png)
     draws = "" if args.samples == 1 else f", random input averaged over {args.samples} draws"
     notes = [f"GPSE: {describe_checkpoint(model)}; {args.copies} copies per graph; mean-pooled encodings{draws}.",

@@ -22,6 +22,7 @@ VERBS = {
     "encode": "encode",
     "train": "train",
     "models": "models",
+    "report": "report",
 }
 
 

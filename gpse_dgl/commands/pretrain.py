@@ -30,7 +30,8 @@ def command(recipe, overrides, resume, overwrite, device, out_dir, no_progress):
 
     The recipe is validated completely before any work starts. Outputs go to
     general_pipeline.save_path (or --out): best.pt (best validation R^2; what `encode` loads),
-    last.pt (for --resume), metrics.json, recipe.yaml and tensorboard/.
+    last.pt (for --resume), metrics.json, recipe.yaml, tensorboard/ and report.html (figures; `gpse-dgl
+    report` re-creates it).
 
     \b
     Examples:
@@ -61,3 +62,7 @@ def command(recipe, overrides, resume, overwrite, device, out_dir, no_progress):
     click.echo("")
     click.echo("held-out R^2 of the best checkpoint:")
     click.echo(format_r2_table(summary["r2_table"]))
+
+    from ..train.report import report_after_run
+
+    report_after_run(paths["run"], log=click.echo)
