@@ -39,7 +39,7 @@ import torch
 from ..utils.errors import DatasetNotFoundError
 from ._io import DatasetFormatError
 
-__all__ = ["MoleculeTable", "read_molecule_table", "TABLE_SUFFIXES", "SDF_SUFFIXES"]
+__all__ = ["MoleculeTable", "read_molecule_table", "skeleton_table", "TABLE_SUFFIXES", "SDF_SUFFIXES"]
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
 SDF_SUFFIXES = (".sdf", ".sdf.gz")
@@ -159,3 +159,34 @@ def _read_sdf(path: str) -> MoleculeTable:
     names = list(dict.fromkeys(name for props in properties for name in props))
     columns = {name: [props.get(name, "") for props in properties] for name in names}
     return MoleculeTable(path, smiles, columns)
+
+
+def skeleton_table(path, smiles_column: str | None = None) -> tuple[list, dict[str, torch.Tensor], list[int]]:
+    """Skeleton graphs of a molecule file (:func:`gpse_dgl.data.molecules.smiles_to_skeleton`), their labels
+    and the records skipped as invalid.
+
+    Returns
+    -------
+    graphs : list of DGLGraph
+        One per valid record, in file order.
+    labels : dict of str to Tensor
+        ``smiles_index`` (int64: the record of each graph) and every numeric column (float32, rows
+        aligned with ``graphs``).
+    invalid : list of int
+        Records (0-based, as ``smiles_index``) whose SMILES RDKit could not read.
+    """
+    from .molecules import smiles_to_skeleton
+
+    table = read_molecule_table(path, smiles_column)
+    graphs, kept, invalid = [], [], []
+    for index, text in enumerate(table.smiles):
+        graph = smiles_to_skeleton(text) if text else None
+        if graph is None:
+            invalid.append(index)
+        else:
+            graphs.append(graph)
+            kept.append(index)
+    rows = torch.tensor(kept, dtype=torch.int64)
+    labels = {"smiles_index": rows}
+    labels.update({name: values[rows] for name, values in table.numeric_columns().items() if name not in labels})
+    return graphs, labels, invalid
