@@ -138,7 +138,7 @@ def _require_file(path, what: str) -> Path:
         raise GPSEError(f"data.path: the {what} to read is not set")
     path = Path(os.fspath(path)).expanduser()
     if not path.exists():
-        raise DatasetNotFoundError(f"data.path: {path} does not exist")
+        raise DatasetNotFoundError(f"dataset file {path} not found (data.path: the {what})")
     return path
 
 
