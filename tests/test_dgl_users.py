@@ -172,3 +172,23 @@ def test_csv_dir_encodes_and_trains(tmp_path, checkpoint, model, capsys):
     summary = train_downstream(recipe, progress=False)
     assert summary["dataset"] == "csv-dir-rings" and summary["runs"][0]["test"] is not None
     assert summary["pe_source"] == "GPSE"
+
+
+@pytest.mark.parametrize("name, source", [("dgl:KarateClubDataset", "LapPE"),
+                                          ("dgl:MiniGCDataset:num_graphs=24", "RWSE"), ("dgl-bin", "random")])
+def test_downstream_trains_on_dgl_sources(name, source, tmp_path):
+    from gpse_dgl.train.downstream import train_downstream
+    from gpse_dgl.train.downstream_schema import validate_downstream_recipe
+
+    data = {"name": name, "cache_dir": str(tmp_path / "cache")}
+    if name == "dgl-bin":
+        graphs = [dgl.rand_graph(8, 20, ) for _ in range(20)]
+        dgl.save_graphs(str(tmp_path / "g.bin"), graphs, {"y": torch.randn(20)})
+        data["path"] = str(tmp_path / "g.bin")
+    recipe = validate_downstream_recipe({
+        "device": "cpu", "data": data,
+        "model": {"name": "gin", "dim_hidden": 8, "num_layers": 2, "pe": {"source": source, "dim_pe": 4}},
+        "general_pipeline": {"num_epochs": 1, "batch_size": 8, "save_path": str(tmp_path / "run"),
+                             "save_checkpoints": False, "num_threads": 1}})
+    summary = train_downstream(recipe, progress=False)
+    assert summary["pe_source"] == source and len(summary["runs"]) == 1
