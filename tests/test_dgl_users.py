@@ -8,7 +8,7 @@ import torch
 
 import dgl
 
-from gpse_dgl.cli import main
+from _cli import run_cli
 from gpse_dgl.data.registry import load_dataset
 from gpse_dgl.encode import AddGPSE, encode, precompute_gpse
 from gpse_dgl.encode import transform as transform_module
@@ -39,13 +39,8 @@ def dgl_dir(tmp_path, monkeypatch):
 
 
 def _run(argv, capsys) -> tuple[int, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    code, out, err = run_cli(argv, capsys)
+    return code, out + err
 
 
 def _minigc(num_graphs=12):

@@ -6,7 +6,7 @@ import torch
 
 import dgl
 
-from gpse_dgl.cli import main
+from _cli import run_cli
 from gpse_dgl.data.registry import load_dataset
 from gpse_dgl.data.splits import column_split, scaffold_split
 from gpse_dgl.data.tables import read_molecule_table
@@ -17,13 +17,8 @@ ROWS = [("CCO", 1.5, "a"), ("c1ccccc1O", 2.0, "b"), ("not-a-smiles", 3.0, "c"), 
 
 
 def _run(argv, capsys) -> tuple[int, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
+    code, out, err = run_cli(argv, capsys)
+    return code, out + err
 
 
 def _table(tmp_path, sep=",", name="mols.csv"):
