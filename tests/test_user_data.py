@@ -138,6 +138,11 @@ def test_recipe_keys_are_validated(tmp_path):
         validate_downstream_recipe({"data": {"name": "csv", "path": "x.csv", "task": "ranking"}})
     recipe = validate_downstream_recipe({"data": {"name": "dgl:KarateClubDataset"}})
     assert recipe["data"]["split"] == "random" and recipe["data"]["target_columns"] == []
+    from gpse_dgl.data.user_data import recipe_data_options
+
+    assert recipe_data_options(recipe["data"]) == {}  # dgl: loaders take no file or target options
+    options = recipe_data_options({**recipe["data"], "name": "csv-dir:rings", "split": "column:part"})
+    assert options["split"] == "column:part" and "path" not in options  # the directory is in the name
 
 
 def test_train_on_a_csv_of_smiles_beats_the_mean(tpsa_csv, tmp_path, capsys):

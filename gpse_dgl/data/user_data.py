@@ -233,11 +233,13 @@ def recipe_data_options(data: dict) -> dict:
     """Keyword arguments of :func:`gpse_dgl.data.registry.load_dataset` for a recipe's ``data`` section:
     the file and target settings of the user-data names, nothing for the others."""
     name = str(data.get("name", "")).strip().lower()
-    if name not in USER_DATA_NAMES:
+    in_name = name.startswith("csv-dir:")  # the directory is part of the name
+    if name not in USER_DATA_NAMES and not in_name:
         return {}
-    options = {"path": data.get("path"), "target_columns": data.get("target_columns") or None,
-               "task": data.get("task", "auto"), "split": data.get("split", "random"),
-               "split_seed": data.get("split_seed", 0)}
+    options = {"target_columns": data.get("target_columns") or None, "task": data.get("task", "auto"),
+               "split": data.get("split", "random"), "split_seed": data.get("split_seed", 0)}
+    if not in_name:
+        options["path"] = data.get("path")
     if name == "csv":
         options["smiles_column"] = data.get("smiles_column")
     return options
