@@ -11,13 +11,14 @@ import shlex
 from pathlib import Path
 
 import pytest
+import torch
 
 from gpse_dgl.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("Using GPSE in your DGL pipeline", "Your own data")
 _SHORT_TRAINING = ["--set", "general_pipeline.num_epochs=1", "--set", "general_pipeline.save_checkpoints=false",
-                   "--no-progress"]
+                   "--set", "general_pipeline.num_threads=1", "--no-progress"]
 
 
 def section_blocks(title: str) -> list[tuple[str, str]]:
@@ -41,7 +42,10 @@ def workdir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("DGL_DOWNLOAD_DIR", str(tmp_path / "dgl"))
     monkeypatch.setenv("GPSE_DGL_CACHE", str(tmp_path / "cache"))
-    return tmp_path
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny workloads: extra threads only wait on each other
+    yield tmp_path
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize("title", SECTIONS)
