@@ -6,7 +6,7 @@ import torch
 
 import dgl
 
-from gpse_dgl.cli import main
+from _cli import run_cli
 from gpse_dgl.encode import encode, load_gpse
 from gpse_dgl.nn.gpse import GPSE
 
@@ -22,14 +22,7 @@ def checkpoint(tmp_path_factory):
     return path
 
 
-def _run(argv, capsys) -> tuple[int, str, str]:
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+_run = run_cli
 
 
 def test_encode_smiles_to_dgl_binary(tmp_path, checkpoint, capsys):

@@ -47,7 +47,7 @@ def _check_device(name: str):
     return device
 
 
-def _load_graphs(dataset, input_path, smiles, root):
+def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
     """``(graphs, labels_dict, description)`` from exactly one of the three inputs."""
     import dgl
 
@@ -66,24 +66,18 @@ def _load_graphs(dataset, input_path, smiles, root):
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise GPSEError(f"{input_path}: not a DGL graph file ({reason[:100]})") from None
         return graphs, dict(labels), f"{input_path}"
-    from ..data.molecules import read_smiles_file, smiles_to_skeleton
+    from ..data.tables import skeleton_table
 
-    graphs, kept = [], []
-    entries = list(read_smiles_file(str(smiles)))
-    for index, text in enumerate(entries):
-        graph = smiles_to_skeleton(text)
-        if graph is not None:
-            graphs.append(graph)
-            kept.append(index)
+    graphs, labels, invalid = skeleton_table(str(smiles), smiles_column)
     if not graphs:
         from ..utils.errors import GPSEError
 
         raise GPSEError(f"{smiles}: no valid SMILES found")
-    import torch
-
-    skipped = len(entries) - len(graphs)
-    note = f", {skipped} invalid skipped" if skipped else ""
-    return graphs, {"smiles_index": torch.tensor(kept)}, f"{smiles} ({len(graphs)} molecules{note})"
+    shown = ", ".join(str(i) for i in invalid[:5]) + (", ..." if len(invalid) > 5 else "")
+    note = f", {len(invalid)} invalid skipped (records {shown}, numbered from 0)" if invalid else ""
+    kept = [name for name in labels if name != "smiles_index"]
+    columns = f"; labels kept: {', '.join(kept)}" if kept else ""
+    return graphs, labels, f"{smiles} ({len(graphs)} molecules{note}{columns})"
 
 
 @click.command("encode")
@@ -91,11 +85,17 @@ def _load_graphs(dataset, input_path, smiles, root):
               help="GPSE checkpoint: a registered model name (see `gpse-dgl models`) or a file, ours or "
                    "the authors' (gpse_model_<name>_1.0.pt, auto-detected). Default: the model shipped "
                    "with gpse-dgl.")
-@click.option("--dataset", default=None, help="Registered dataset name (see the error for a bad name).")
+@click.option("--dataset", default=None,
+              help="Registered dataset name (see the error for a bad name), dgl:<Class>[:<arg>...] for a "
+                   "dgl.data dataset, or csv-dir:PATH for a dgl.data.CSVDataset directory.")
 @click.option("--input", "input_path", type=click.Path(exists=True, dir_okay=False), default=None,
               help="DGL binary graph file (dgl.save_graphs).")
 @click.option("--smiles", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Text file with one SMILES per line; molecules become bare skeleton graphs.")
+              help="Molecules: a SMILES file (one per line), a CSV / TSV with a header (numeric columns are "
+                   "kept as graph labels) or an SD file; molecules become bare skeleton graphs.")
+@click.option("--smiles-column", default=None,
+              help="With --smiles: the CSV column holding the SMILES (default: the one named smiles, else "
+                   "the first).")
 @click.option("--root", type=click.Path(file_okay=False), default=None,
               help="Directory holding on-disk datasets (for --dataset).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), required=True,
@@ -118,8 +118,8 @@ def _load_graphs(dataset, input_path, smiles, root):
                    "remaining layers (default 30,20,10,5; -1 = all).")
 @click.option("--directed", is_flag=True,
               help="Use edges exactly as given instead of the simple undirected graph GPSE was trained on.")
-def command(checkpoint, dataset, input_path, smiles, root, out_path, device, batch_size, seed, samples,
-            sampled, fanouts, directed):
+def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, device, batch_size, seed,
+            samples, sampled, fanouts, directed):
     """Encode graphs with a pretrained GPSE and save them with ndata['gpse'] to a DGL binary file.
 
     Exactly one input: --dataset, --input or --smiles. Graph datasets are encoded in batches; a large
@@ -130,6 +130,9 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     \b
     Examples:
       gpse-dgl encode --smiles mols.smi --out mols_gpse.bin
+      gpse-dgl encode --smiles data.csv --smiles-column smiles --out data_gpse.bin
+      gpse-dgl encode --dataset dgl:TUDataset:MUTAG --out mutag.bin      # DGL's files in DGL's raw_dir
+      gpse-dgl encode --dataset csv-dir:my_graphs --out my_graphs.bin    # a dgl.data.CSVDataset directory
       gpse-dgl encode --dataset ogbg-molhiv --root data --checkpoint gpse_model_molpcba_1.0.pt --out hiv.bin
       gpse-dgl encode --dataset ogbn-proteins --root data --sampled --fanouts 30,20,10,5 --out prot.bin
     """
@@ -150,7 +153,9 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     with _silenced("gpse_dgl.encode"):  # the line below says the same, once
         model = load_gpse(checkpoint, device=device)
     click.echo(f"model: {describe_checkpoint(model)}", err=True)
-    graphs, labels, description = _load_graphs(dataset, input_path, smiles, root)
+    if smiles_column is not None and smiles is None:
+        raise click.UsageError("--smiles-column only applies with --smiles")
+    graphs, labels, description = _load_graphs(dataset, input_path, smiles, root, smiles_column)
     num_nodes = sum(g.num_nodes() for g in graphs)
     click.echo(f"input: {description}: {len(graphs)} graph(s), {num_nodes} nodes", err=True)
 

@@ -91,7 +91,9 @@ def _check_device(device: str) -> None:
               help="Text file, one SMILES per line (extra columns ignored); molecules become bare "
                    "skeletons, invalid SMILES are skipped and counted.")
 @click.option("--dataset", default=None,
-              help=f"Dataset name: {DATASET_EMBEDDED} (offline, ~3,070 molecules) or a registered dataset.")
+              help=f"Dataset name: {DATASET_EMBEDDED} (offline, ~3,070 molecules), a registered dataset, "
+                   "dgl:<Class>[:<arg>...] for a dgl.data dataset, or csv-dir:PATH for a dgl.data.CSVDataset "
+                   "directory.")
 @click.option("--root", type=click.Path(file_okay=False), default=None,
               help="Directory holding on-disk datasets (for --dataset).")
 @click.option("--unique", is_flag=True,

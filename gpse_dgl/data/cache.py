@@ -23,13 +23,15 @@ import os
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["save_graphs_cached", "load_graphs_cached", "fingerprint_of", "file_sha256", "CACHE_FORMAT"]
+__all__ = ["save_graphs_cached", "load_graphs_cached", "fingerprint_of", "file_sha256", "structure_digest",
+           "default_cache_dir", "CACHE_FORMAT"]
 
 CACHE_FORMAT = 1  # bump when the layout of cached graphs/labels changes
 
@@ -45,6 +47,23 @@ def file_sha256(path) -> str:
         for block in iter(lambda: f.read(1 << 22), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def structure_digest(graphs: Iterable) -> str:
+    """SHA-256 of the node counts and edge lists of ``graphs`` in order."""
+    digest = hashlib.sha256()
+    for g in graphs:
+        src, dst = g.edges()
+        digest.update(np.int64(g.num_nodes()).tobytes())
+        digest.update(np.int64(len(src)).tobytes())
+        digest.update(src.numpy().astype(np.int64, copy=False).tobytes())
+        digest.update(dst.numpy().astype(np.int64, copy=False).tobytes())
+    return digest.hexdigest()
+
+
+def default_cache_dir() -> Path:
+    """``$GPSE_DGL_CACHE`` or ``~/.cache/gpse-dgl`` (pretraining targets, downstream features, encodings)."""
+    return Path(os.environ.get("GPSE_DGL_CACHE") or Path.home() / ".cache" / "gpse-dgl")
 
 
 def _canonical(fingerprint: dict) -> str:

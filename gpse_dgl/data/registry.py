@@ -21,6 +21,9 @@ Built-in names (see ``available_datasets()`` and each loader module for the layo
 ``pcqm4mv2-subset``, ``-full``    OGB-LSC PCQM4Mv2 with GraphGPS' subset / full splits
 ``peptides-func``, ``-struct``    LRGB peptides
 ``mnist``, ``cifar10``            benchmarking-gnns superpixel graphs
+``dgl:<Class>[:<arg>...]``        a ``dgl.data`` dataset read by DGL from its raw_dir (:mod:`.dgl_datasets`)
+``csv-dir:<path>``, ``dgl-csv``   a ``dgl.data.CSVDataset`` directory (:mod:`.dgl_csv`)
+``csv``, ``dgl-bin``              your own molecules table or DGL binary file (``path=``, :mod:`.user_data`)
 ================================  =====================================================================
 
 A new source is one loader module plus one :func:`register_dataset` call.
@@ -57,6 +60,8 @@ _ALIASES = {
     "peptides-functional": "peptides-func", "peptides-structural": "peptides-struct", "molhiv": "ogbg-molhiv",
     "molpcba": "ogbg-molpcba", "arxiv": "ogbn-arxiv", "proteins": "ogbn-proteins", "wl_pairs": "wl-pairs",
 }
+# Names carrying an argument: prefix -> (registered name, loader keyword the rest of the name goes to).
+_PREFIXES = {"dgl:": ("dgl", "spec"), "csv-dir:": ("dgl-csv", "path")}
 
 
 def default_root() -> Path:
@@ -97,8 +102,17 @@ def dataset_description(name: str) -> str:
     return _REGISTRY[_resolve(name)].description
 
 
+def _split_prefix(name) -> tuple[str, dict]:
+    """``dgl:<Class>...`` and ``csv-dir:<path>`` -> the registered name and the loader argument they carry."""
+    text = str(name).strip()
+    for prefix, (key, argument) in _PREFIXES.items():
+        if text.lower().startswith(prefix):
+            return key, {argument: text[len(prefix):]}
+    return text, {}
+
+
 def _resolve(name: str) -> str:
-    key = str(name).strip().lower()
+    key = _split_prefix(name)[0].lower()
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:
         raise UnknownDatasetError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
@@ -125,6 +139,9 @@ def load_dataset(name: str, root=None, **kwargs) -> GraphDataset:
         The dataset's files are missing (the message names the expected path and how to fetch them).
     """
     key = _resolve(name)
+    kwargs.update(_split_prefix(name)[1])
+    if key == "dgl" and root is None:
+        return _REGISTRY[key].loader(None, **kwargs)  # DGL's own default raw_dir
     root = default_root() if root is None else Path(root).expanduser()
     return _REGISTRY[key].loader(root, **kwargs)
 
@@ -225,6 +242,26 @@ def _superpixels(name):
     return load
 
 
+def _dgl(root, spec: str = "", **kw):
+    from .dgl_datasets import load_dgl_dataset
+    return load_dgl_dataset(spec, root, **kw)
+
+
+def _dgl_csv(root, **kw):
+    from .dgl_csv import load_csv_dir
+    return load_csv_dir(root, **kw)
+
+
+def _csv(root, **kw):
+    from .user_data import load_csv_dataset
+    return load_csv_dataset(root, **kw)
+
+
+def _dgl_bin(root, **kw):
+    from .user_data import load_dgl_bin_dataset
+    return load_dgl_bin_dataset(root, **kw)
+
+
 def _exp(root, **kw):
     from .exp import load_exp
     return load_exp(root, **kw)
@@ -278,6 +315,13 @@ def _register_builtins() -> None:
     register_dataset("mnist", _superpixels("MNIST"), "MNIST superpixel graphs (benchmarking-gnns), 10 classes")
     register_dataset("cifar10", _superpixels("CIFAR10"), "CIFAR10 superpixel graphs (benchmarking-gnns), 10 classes")
     register_dataset("exp", _exp, "EXP: 1,200 1-WL-indistinguishable graphs, 2 classes, stratified 5-fold CV")
+    register_dataset("dgl", _dgl, "a dgl.data dataset, named dgl:<Class>[:<arg>...] (e.g. dgl:TUDataset:MUTAG)")
+    register_dataset("dgl-csv", _dgl_csv,
+                     "a dgl.data.CSVDataset directory: csv-dir:<path>, or data.path in recipes")
+    register_dataset("csv", _csv,
+                     "a CSV / TSV / SD / SMILES file of molecules with target columns (data.path in recipes)")
+    register_dataset("dgl-bin", _dgl_bin,
+                     "a dgl.save_graphs file whose labels dict holds the targets (data.path in recipes)")
 
 
 _register_builtins()

@@ -6,6 +6,8 @@ Modules:
 * :mod:`.inference` - :func:`encode` (one batched graph), :func:`encode_dataset` (many graphs, batched,
   with a progress bar), :func:`encode_large` (exact, bounded memory), :func:`encode_sampled`
   (neighbour-sampled approximation).
+* :mod:`.transform` - :class:`AddGPSE` (a DGL transform ``g -> g``) and :func:`precompute_gpse` (a whole
+  dataset in batches, optionally cached).
 * :mod:`.large_graph` - layer-wise and sampled inference on tensors; :mod:`.functional` - the encoder
   as tensors; :mod:`.graphs` - simple undirected views and per-draw seeds.
 
@@ -21,6 +23,7 @@ torch.Size([3, 16])
 from .inference import encode, encode_dataset, encode_large, encode_sampled
 from .large_graph import DEFAULT_FANOUTS
 from .loading import CheckpointInfo, default_checkpoint_path, describe_checkpoint, load_gpse
+from .transform import AddGPSE, precompute_gpse
 
 __all__ = ["load_gpse", "default_checkpoint_path", "describe_checkpoint", "CheckpointInfo", "encode",
-           "encode_dataset", "encode_large", "encode_sampled", "DEFAULT_FANOUTS"]
+           "encode_dataset", "encode_large", "encode_sampled", "DEFAULT_FANOUTS", "AddGPSE", "precompute_gpse"]

@@ -204,11 +204,12 @@ class Prepared:
 def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False, log=None) -> Prepared:
     """Load the dataset, apply the recipe's graph preprocessing and attach the encoding."""
     from ..data.registry import load_dataset
+    from ..data.user_data import recipe_data_options
     from .features import load_features
 
     data = recipe["data"]
     if dataset is None:
-        dataset = load_dataset(data["name"], root=data["root"])
+        dataset = load_dataset(data["name"], root=data["root"], **recipe_data_options(data))
     spec = task_spec(dataset, recipe["general_pipeline"]["loss"], data["metric"])
     graphs = list(dataset.graphs)
     node_feat, node_kind = dataset.node_feat_key, dataset.info.get("node_feat_kind")

@@ -54,6 +54,15 @@ def _positive_ints(values: list) -> str | None:
     return None
 
 
+_USER_TASKS = ("auto", "regression", "classification")
+
+
+def _split_string(value: str) -> str | None:
+    if value in ("random", "scaffold") or (value.startswith("column:") and value[len("column:"):].strip()):
+        return None
+    return f"expected random, scaffold or column:<name>, got {value!r}"
+
+
 DOWNSTREAM_SCHEMA: dict[str, Any] = {
     "seed": Field("int", 0, "seed of the first run (weights, batch order, dropout); run r uses seed + r"),
     "device": Field("str", "auto", "auto (cuda when available), cpu, cuda, cuda:N or mps", check=_device_string),
@@ -67,8 +76,8 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
         "cv_folds": Field("int", 5, "folds of the cross-validation (one is validation, one is test)", minimum=3),
         "max_folds": Field("int", None, "run only the first this many folds of each repeat; null = all",
                            nullable=True, minimum=1),
-        "split_seed": Field("int", 0, "seed of the CV folds of the first run; run r uses split_seed + r",
-                            minimum=0),
+        "split_seed": Field("int", 0, "seed of the CV folds of the first run (run r uses split_seed + r) and "
+                            "of data.split: random", minimum=0),
         "to_undirected": Field("bool", False, "add reverse edges and drop duplicates before training "
                                "(the usual ogbn-arxiv preprocessing)"),
         "node_feat_from_edges": Field("bool", False, "use the mean of each node's incoming edge features "
@@ -78,6 +87,18 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
                         nullable=True, choices=("rocauc", "ap", "accuracy", "mae", "rmse")),
         "cache_dir": Field("str", None, "where precomputed encodings are cached; null = $GPSE_DGL_CACHE or "
                            "~/.cache/gpse-dgl", nullable=True),
+        # Your own data (data.name csv, dgl-bin or dgl-csv; see gpse_dgl/data/user_data.py).
+        "path": Field("str", None, "data.name csv: the CSV / TSV / SD / SMILES file; dgl-bin: the "
+                      "dgl.save_graphs file; dgl-csv: the dgl.data.CSVDataset directory", nullable=True),
+        "smiles_column": Field("str", None, "csv: the column holding the SMILES; null = the one named smiles, "
+                               "else the first", nullable=True),
+        "target_columns": Field("str_list", [], "csv / dgl-csv: target columns; dgl-bin: labels-dict keys; "
+                                "[] = every numeric column (csv), label (dgl-csv), the only key (dgl-bin)"),
+        "task": Field("choice", "auto", "csv / dgl-bin / dgl-csv: regression, classification, or auto "
+                      "(classification when every target is an integer)", choices=_USER_TASKS),
+        "split": Field("str", "random", "csv / dgl-bin / dgl-csv: random (80/10/10, data.split_seed), "
+                       "scaffold (Bemis-Murcko, csv) or column:<name> (train / val / test per row)",
+                       check=_split_string),
     },
     "model": {
         "name": Field("str", "gps", "gps, transformer, gin, gine, graphsage, gcn, gatv2 or gatedgcn"),
@@ -212,6 +233,9 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
     if not _dataset_known(data["name"]):
         raise RecipeError(f"{source}: {_where(raw, 'data.name')}: unknown dataset {data['name']!r}; "
                           f"choose from {', '.join(_known_datasets())}")
+    if data["name"].strip().lower() in ("csv", "dgl-bin", "dgl-csv") and not data["path"]:
+        raise RecipeError(f"{source}: data.path: data.name {data['name']} reads the file or directory given "
+                          "by data.path, which is not set")
     models = _known_models()
     if models is not None and model["name"].lower() not in models:
         raise RecipeError(f"{source}: {_where(raw, 'model.name')}: unknown model {model['name']!r}; "

@@ -34,17 +34,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-import numpy as np
 import torch
 
 from .. import _env  # noqa: F401
-from ..data.cache import file_sha256
+from ..data.cache import default_cache_dir, file_sha256, structure_digest
 
 
 __all__ = ["SOURCES", "PSE_COMPONENTS", "NodeTable", "source_width", "compute_features", "load_features",
@@ -241,11 +239,6 @@ def compute_features(graphs: Sequence, source: str, *, random_dim: int = 20, ran
 # cached entry point
 
 
-def default_cache_dir() -> Path:
-    """``$GPSE_DGL_CACHE`` or ``~/.cache/gpse-dgl`` (shared with the pretraining target cache)."""
-    return Path(os.environ.get("GPSE_DGL_CACHE") or Path.home() / ".cache" / "gpse-dgl")
-
-
 def load_features(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_dir=None, device=None,
                   progress: bool = False, log_fn: Callable[[str], None] | None = None
                   ) -> tuple[NodeTable | None, dict]:
@@ -336,18 +329,6 @@ def _save(path: Path, table: NodeTable, fingerprint: dict) -> bool:
     holder = dgl.graph(([], []), num_nodes=table.values.shape[0])
     holder.ndata["pe"] = table.values
     return save_graphs_cached(path, [holder], {"offsets": table.offsets}, fingerprint)
-
-
-def structure_digest(graphs: Sequence) -> str:
-    """SHA-256 of the node counts and edge lists of ``graphs`` in order."""
-    digest = hashlib.sha256()
-    for g in graphs:
-        src, dst = g.edges()
-        digest.update(np.int64(g.num_nodes()).tobytes())
-        digest.update(np.int64(len(src)).tobytes())
-        digest.update(src.numpy().astype(np.int64, copy=False).tobytes())
-        digest.update(dst.numpy().astype(np.int64, copy=False).tobytes())
-    return digest.hexdigest()
 
 
 def _checkpoint_identity(checkpoint: str | None) -> dict:
