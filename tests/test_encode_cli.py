@@ -82,7 +82,7 @@ def test_dataset_errors_are_one_line(tmp_path, checkpoint, capsys, argv, message
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     code, _, err = _run(["encode", *argv, "--checkpoint", str(checkpoint), "--out", str(tmp_path / "o.bin")],
                         capsys)
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    lines = [line for line in err.splitlines() if line.startswith("gpse-dgl: error:")]
     assert code == 2 and len(lines) == 1 and message.replace("{tmp}", str(tmp_path)) in lines[0]
     assert "Traceback" not in err
     if "available" in message:
@@ -97,7 +97,7 @@ def test_bad_checkpoint_is_one_line(tmp_path, capsys):
     for path, message in ((bogus, "not a GPSE checkpoint"), (tmp_path / "none.pt", "checkpoint not found")):
         code, _, err = _run(["encode", "--smiles", str(smi), "--checkpoint", str(path), "--out",
                              str(tmp_path / "o.bin")], capsys)
-        assert code == 2 and err.strip().startswith("error:") and message in err
+        assert code == 2 and err.strip().startswith("gpse-dgl: error:") and message in err
         assert len(err.strip().splitlines()) == 1
 
 

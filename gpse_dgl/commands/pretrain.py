@@ -40,6 +40,7 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
     """
     from ..recipes import load_recipe
     from ..utils.progress import is_quiet
+    from ..utils.text import plural
 
     from . import cli_overrides
 
@@ -55,7 +56,7 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
                        allow_recipe_change=allow_recipe_change)
     paths = summary["paths"]
     click.echo("")
-    click.echo(f"finished: {summary['status']}; {summary['epochs_completed']} epochs, best epoch "
+    click.echo(f"finished: {summary['status']}; {plural(summary['epochs_completed'], 'epoch')}, best epoch "
                f"{summary['best_epoch']}, {summary['wall_time_seconds'] / 60:.1f} min")
     click.echo(f"best checkpoint:  {summary['evaluated_checkpoint']}")
     click.echo(f"last checkpoint:  {paths['last_checkpoint']}")

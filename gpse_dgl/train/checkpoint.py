@@ -102,10 +102,12 @@ def first_non_finite(value: Any, where: str = "") -> str | None:
 
 
 def _refused_object(exc: BaseException) -> str:
-    """The global torch's weights-only unpickler refused, e.g. ``GLOBAL collections.OrderedDict``."""
-    match = re.search(r"(Unsupported global: GLOBAL \S+|Unsupported operand \d+|[^.\n]*(?:not allowed|unsupported)[^.\n]*)",
-                      str(exc))
-    return match.group(1).strip().rstrip(",") if match else "an object outside the allowed types"
+    """What torch's weights-only unpickler refused, e.g. ``global posix.system``."""
+    match = re.search(r"GLOBAL ([\w.]*\w)", str(exc))
+    if match:
+        return f"global {match.group(1)}"
+    match = re.search(r"Unsupported operand \d+", str(exc))
+    return match.group(0) if match else "an object outside the allowed types"
 
 
 def load_pretrain_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:

@@ -67,6 +67,7 @@ class RunDirectory:
         self.cache_dir = cache_dir
         self.allow_recipe_change = allow_recipe_change
         self.label = label
+        self.recipe_changes: list[str] = []  # what a --resume accepted with allow_recipe_change
         self._lock = RunLock(self.root)
         self._moved = False
 
