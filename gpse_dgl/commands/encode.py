@@ -133,14 +133,14 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     check_output_file(out_path, "--out")
     say = (lambda message: None) if is_quiet() else (lambda message: click.echo(message, err=True))
 
+    graphs, labels, description = _load_graphs(dataset, input_path, smiles, root)
+    check_input_graphs(graphs, str(input_path or smiles or dataset))
     with _silenced("gpse_dgl.encode"):  # the line below says the same, once
         model = load_gpse(checkpoint, device=device)
     say(f"model: {describe_checkpoint(model)}")
     if checkpoint is None:
         say("       (the small quickstart model shipped with gpse-dgl; pass --checkpoint "
             "gpse_model_molpcba_1.0.pt or your own best.pt for other weights)")
-    graphs, labels, description = _load_graphs(dataset, input_path, smiles, root)
-    check_input_graphs(graphs, str(input_path or smiles or dataset))
     num_nodes = sum(g.num_nodes() for g in graphs)
     say(f"input: {description}: {plural(len(graphs), 'graph')}, {plural(num_nodes, 'node')}")
 

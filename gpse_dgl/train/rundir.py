@@ -70,6 +70,7 @@ class RunDirectory:
         self.recipe_changes: list[str] = []  # what a --resume accepted with allow_recipe_change
         self._lock = RunLock(self.root)
         self._moved = False
+        self._created = False
 
     @property
     def previous(self) -> Path:
@@ -79,6 +80,7 @@ class RunDirectory:
         check_output_dir(self.root, self.label)
         if self.cache_dir is not None:
             check_output_dir(self.cache_dir, "cache directory")
+        self._created = not self.root.exists()
         self._lock.acquire()
         try:
             self._recover()
@@ -144,7 +146,16 @@ class RunDirectory:
             if failed and self.previous.is_dir():
                 self._restore()
         finally:
+            if failed and self._created:
+                self._remove_if_only_the_lock()
             self._lock.release()
+
+    def _remove_if_only_the_lock(self) -> None:
+        """A run that failed before writing anything leaves no directory behind (it made the directory)."""
+        if [p.name for p in self.root.iterdir()] == [self._lock.path.name]:
+            with contextlib.suppress(OSError):
+                self._lock.path.unlink()
+                self.root.rmdir()
 
     def __enter__(self) -> "RunDirectory":
         return self.open()

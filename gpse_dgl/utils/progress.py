@@ -121,8 +121,9 @@ class LineProgress:
         if self.silent:
             return
         done = f"{self.n:,}/{self.total:,}" if self.total else f"{self.n:,}"
+        unit = self.unit if (self.total or self.n) == 1 else f"{self.unit}s"
         label = f"{self.desc}: " if self.desc else ""
-        print(f"{label}{status} ({done} {self.unit}s, {time.perf_counter() - self._started:.1f} s)",
+        print(f"{label}{status} ({done} {unit}, {time.perf_counter() - self._started:.1f} s)",
               file=self.stream or sys.stderr, flush=True)
 
     def close(self) -> None:
