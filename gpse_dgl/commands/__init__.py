@@ -23,6 +23,18 @@ def check_device_option(ctx, param, value):
     return value
 
 
+def allow_recipe_change_option(record_file: str):
+    """``--allow-recipe-change`` (meaningful with ``--resume`` only; :func:`check_resume_flags` checks that)."""
+    return click.option("--allow-recipe-change", is_flag=True,
+                        help="With --resume: continue although the recipe changes the result (schedule, model, "
+                             f"data); the changes are recorded in {record_file}.")
+
+
+def check_resume_flags(resume: bool, allow_recipe_change: bool) -> None:
+    if allow_recipe_change and not resume:
+        raise click.UsageError("--allow-recipe-change only applies with --resume")
+
+
 def output_options(command):
     """Give a verb ``--quiet`` and ``--verbose`` (set up by :func:`gpse_dgl.utils.progress.configure`)."""
 

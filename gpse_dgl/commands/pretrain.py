@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import check_device_option, output_options
+from . import allow_recipe_change_option, check_device_option, check_resume_flags, output_options
 
 
 @click.command("pretrain")
@@ -13,9 +13,7 @@ from . import check_device_option, output_options
                    "value is read as YAML).")
 @click.option("--resume", is_flag=True, help="Continue the run in the output directory from its last "
                                             "checkpoint (last.pt).")
-@click.option("--allow-recipe-change", is_flag=True,
-              help="With --resume: continue although the recipe changes the result (schedule, model, data); "
-                   "the changes are recorded in metrics.json.")
+@allow_recipe_change_option("metrics.json")
 @click.option("--overwrite", is_flag=True, help="Replace a run already in the output directory (the old run "
                                                "stays until the new one has written its first checkpoint).")
 @click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps", callback=check_device_option,
@@ -44,8 +42,7 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
 
     from . import cli_overrides
 
-    if allow_recipe_change and not resume:
-        raise click.UsageError("--allow-recipe-change only applies with --resume")
+    check_resume_flags(resume, allow_recipe_change)
     validated = load_recipe(recipe, cli_overrides(overrides, device, out_dir))
 
     from ..train.pretrain import format_r2_table, pretrain

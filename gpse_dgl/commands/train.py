@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from . import check_device_option, output_options
+from . import allow_recipe_change_option, check_device_option, check_resume_flags, output_options
 
 
 @click.command("train")
@@ -16,9 +16,7 @@ from . import check_device_option, output_options
                    "cross-validation each run draws its own folds).")
 @click.option("--resume", is_flag=True, help="Continue the job in the output directory: finished runs are "
                                             "kept, an interrupted run continues from its last.pt.")
-@click.option("--allow-recipe-change", is_flag=True,
-              help="With --resume: continue although the recipe changes the result (schedule, model, data); "
-                   "the changes are recorded in results.json.")
+@allow_recipe_change_option("results.json")
 @click.option("--overwrite", is_flag=True, help="Replace a job already in the output directory (the old job "
                                                "stays until the new one has saved its first epoch).")
 @click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps", callback=check_device_option,
@@ -48,8 +46,7 @@ def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, de
 
     from . import cli_overrides
 
-    if allow_recipe_change and not resume:
-        raise click.UsageError("--allow-recipe-change only applies with --resume")
+    check_resume_flags(resume, allow_recipe_change)
     validated = load_downstream_recipe(recipe, cli_overrides(overrides, device, out_dir))
 
     from ..train.downstream import format_summary, train_downstream

@@ -48,12 +48,23 @@ _LIVE_LOCK = threading.Lock()
 _HANDLER_INSTALLED = [False]
 
 
-def file_mode() -> int:
-    """Permission bits ``open()`` gives a new file under the current umask (0o644 for umask 022)."""
-    # os.umask can only be read by setting it; the process is briefly at 0o077 (the safe side)
+def _umask() -> int:
+    try:  # Linux reports it without changing it (other threads may be creating files meanwhile)
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    # elsewhere it can only be read by setting it; the process is briefly at 0o077 (the safe side)
     current = os.umask(0o077)
     os.umask(current)
-    return 0o666 & ~current
+    return current
+
+
+def file_mode() -> int:
+    """Permission bits ``open()`` gives a new file under the current umask (0o644 for umask 022)."""
+    return 0o666 & ~_umask()
 
 
 def _temp_for(path: Path) -> Path:
