@@ -54,10 +54,13 @@ def progress_bar(iterable, enabled: bool, **kwargs):
 
 
 def tqdm_write(message: str) -> None:
-    """Print a line without breaking an active progress bar."""
+    """Print a line without breaking an active progress bar (flushed: a log file shows it at once)."""
+    import sys
+
     from tqdm.auto import tqdm
 
     tqdm.write(message)
+    sys.stdout.flush()
 
 
 def first_line(exc: BaseException) -> str:
