@@ -196,7 +196,7 @@ def assert_old_run(folder: Path, files: dict) -> None:
 
 @pytest.mark.parametrize("recipe_text, message", [
     ("general_pipeline:\n  num_epoch: 3\n", "did you mean 'num_epochs'"),             # typo'd key
-    ("data:\n  source: smiles\n  smiles_file: MISSING\n", "SMILES file not found"),                # data that fails to load
+    ("data:\n  source: smiles\n  smiles_file: MISSING\n", "SMILES file not found"),  # data that fails to load
 ])
 def test_overwrite_with_a_bad_recipe_keeps_the_old_run(tmp_path, capsys, recipe_text, message):
     from gpse_dgl.cli import main

@@ -490,9 +490,9 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
             atomic_write_text(root / "recipe.yaml", dump_recipe(recipe))
             results, model_info = [], {}
             for index, plan in enumerate(plans):
+                title = f"run {index + 1}/{len(plans)} {plan.name}"
                 result, model_info = _run(recipe, prepared, plan, root / plan.name, device, resume, progress, say,
-                                          rundir.commit_after(on_epoch_end), f"run {index + 1}/{len(plans)} {plan.name}",
-                                          rundir)
+                                          rundir.commit_after(on_epoch_end), title, rundir)
                 results.append(result)
             rundir.commit()  # also when no epoch ran (every run finished earlier)
             summary = _job_summary(recipe, prepared, results, model_info, root, started)

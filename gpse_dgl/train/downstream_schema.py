@@ -206,8 +206,9 @@ def default_downstream_recipe() -> dict:
 def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> None:
     data, model = recipe["data"], recipe["model"]
     if not _dataset_known(data["name"]):
+        known = _known_datasets()
         raise RecipeError(f"{source}: {_where(raw, 'data.name')}: unknown dataset {data['name']!r}"
-                          f"{did_you_mean(data['name'], _known_datasets())}; choose from {', '.join(_known_datasets())}")
+                          f"{did_you_mean(data['name'], known)}; choose from {', '.join(known)}")
     models = _known_models()
     if models is not None and model["name"].lower() not in models:
         raise RecipeError(f"{source}: {_where(raw, 'model.name')}: unknown model {model['name']!r}"
