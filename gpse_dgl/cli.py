@@ -1,8 +1,9 @@
 """``gpse-dgl`` command line: a click group whose verbs live one per file in :mod:`gpse_dgl.commands`.
 
-Library errors derived from :class:`gpse_dgl.utils.errors.GPSEError` (and a few standard ones users cause,
-such as a missing file) are printed as one line ``error: ...`` with exit status 2, never a traceback.
-Set ``GPSE_DGL_DEBUG=1`` to see the traceback.
+Every error is one line ``gpse-dgl: error: ...`` on stderr, never a traceback: exit status 2 for a wrong
+command line or input (click's usage errors, :class:`gpse_dgl.utils.errors.GPSEError`, a missing file),
+1 for a failure during the run (a ``GPSEError`` subclass with ``exit_code = 1``, an I/O error such as a
+full disk), 130 when interrupted. Set ``GPSE_DGL_DEBUG=1`` to see the traceback.
 """
 from __future__ import annotations
 
@@ -58,24 +59,41 @@ def cli():
     """
 
 
+PROG = "gpse-dgl"
+
+
+def _fail(message: str, exit_code: int) -> None:
+    click.echo(f"{PROG}: error: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def main(argv=None):
-    """Console-script entry point: run the CLI, turning user errors into one-line messages."""
+    """Console-script entry point: run the CLI, turning every user error into one line (see the module doc)."""
     from .utils.errors import GPSEError
 
     try:
-        cli.main(args=argv, standalone_mode=False)
+        cli.main(args=argv, prog_name=PROG, standalone_mode=False)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+        click.echo(f"{PROG}: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        _fail(_first_line(click.ClickException(exc.format_message())) + hint, 2)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
-    except (GPSEError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        _fail(_first_line(click.ClickException(exc.format_message())), exc.exit_code)
+    except (GPSEError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         if os.environ.get("GPSE_DGL_DEBUG"):
             raise
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        click.echo(f"error: {msg}", err=True)
-        sys.exit(2)
+        _fail(_first_line(exc), getattr(exc, "exit_code", 2))
+    except OSError as exc:  # e.g. a disk that filled up during the run
+        if os.environ.get("GPSE_DGL_DEBUG"):
+            raise
+        _fail(_first_line(exc), 1)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        click.echo(f"{PROG}: interrupted", err=True)
         sys.exit(130)

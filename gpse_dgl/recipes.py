@@ -25,7 +25,6 @@ Example
 from __future__ import annotations
 
 import copy
-import difflib
 import math
 import os
 import re
@@ -34,7 +33,9 @@ from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
+from .utils.devices import check_device_name
 from .utils.errors import RecipeError
+from .utils.text import did_you_mean
 
 # Names known without importing the pse/data sub-packages (which import dgl). The authoritative
 # lists are pse.registry.NODE_TARGETS / GRAPH_TARGETS; _known_pse_names() prefers them when present.
@@ -73,10 +74,7 @@ def _positive_split(values: list) -> str | None:
     return None
 
 
-def _device_string(value: str) -> str | None:
-    if re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
-        return None
-    return f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {value!r}"
+_device_string = check_device_name
 
 
 # The schema. Nested dicts are sections; Field leaves are keys. Defaults = the paper (Table
@@ -193,15 +191,48 @@ def load_recipe(path: str | os.PathLike, overrides: Iterable[str] = (),
     return validate_recipe(raw, source, schema)
 
 
+class StrictSafeLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last silently).
+
+    Keys brought in by a merge (``<<: *anchor``) may still be overridden by an explicit key.
+    """
+
+
+class _DuplicateKey(Exception):
+    pass
+
+
+def _mapping_without_duplicates(loader: StrictSafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    first_line: dict = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in first_line:
+                raise _DuplicateKey(f"duplicate key {key!r} at lines {first_line[key]} and {line} "
+                                    f"(YAML would silently keep the second)")
+            first_line[key] = line
+        except TypeError:  # an unhashable key: construct_mapping reports it
+            pass
+    return loader.construct_mapping(node, deep=deep)
+
+
+StrictSafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+
+
 def read_recipe_file(path: str) -> dict:
-    """The YAML mapping in ``path`` (safe loader); an empty file is an empty recipe."""
+    """The YAML mapping in ``path`` (:class:`StrictSafeLoader`); empty files and repeated keys are errors."""
     if not os.path.exists(path):
         raise RecipeError(f"{path}: recipe file not found")
     if os.path.isdir(path):
         raise RecipeError(f"{path}: is a directory, expected a YAML recipe file")
     try:
         with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
+            raw = yaml.load(handle, Loader=StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
+    except _DuplicateKey as exc:
+        raise RecipeError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -210,7 +241,8 @@ def read_recipe_file(path: str) -> dict:
     except UnicodeDecodeError:
         raise RecipeError(f"{path}: not a text (UTF-8) file") from None
     if raw is None:
-        return {}
+        raise RecipeError(f"{path}: empty recipe (no data / model / general_pipeline sections); start from "
+                          f"recipes/quickstart.yaml")
     if not isinstance(raw, dict):
         raise RecipeError(f"{path}: expected a mapping with data / model / general_pipeline "
                           f"sections, got {_type_name(raw)}")
@@ -332,9 +364,19 @@ def _validate_value(value: Any, present: bool, spec: Field, source: str, key: st
             return None
         raise RecipeError(f"{source}: {where}: expected {_expected(spec)}, got null")
     try:
-        return _convert(value, spec)
+        value = _convert(value, spec)
+        _check_seed(value, key)
+        return value
     except _Invalid as exc:
         raise RecipeError(f"{source}: {where}: {exc}") from None
+
+
+SEED_LIMIT = 2 ** 63  # seeds are 63-bit (derive_seed, numpy's SeedSequence words): larger ones would wrap
+
+
+def _check_seed(value: Any, key: str) -> None:
+    if key.rsplit(".", 1)[-1].endswith("seed") and isinstance(value, int) and not 0 <= value < SEED_LIMIT:
+        raise _Invalid(f"expected a seed in [0, 2**63), got {value}")
 
 
 class _Invalid(Exception):
@@ -356,7 +398,8 @@ def _convert(value: Any, spec: Field) -> Any:
         if not isinstance(value, str) or not value:
             raise _Invalid(f"expected {_expected(spec)}, got {_show(value)}")
         if spec.kind == "choice" and value not in spec.choices:
-            raise _Invalid(f"expected one of {', '.join(spec.choices)}, got {value!r}")
+            raise _Invalid(f"expected one of {', '.join(spec.choices)}, got {value!r}"
+                           f"{did_you_mean(value, spec.choices)}")
     elif spec.kind == "str_list":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise _Invalid(f"expected a list of names, got {_show(value)}")
@@ -407,15 +450,16 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
     if data["source"] not in BUILTIN_SOURCES:
         known = _known_datasets()
         if known is not None and data["source"] not in known:
-            raise RecipeError(f"{source}: {_where(raw, 'data', 'source')}: unknown source {data['source']!r}; choose "
-                              f"{', '.join(BUILTIN_SOURCES + tuple(known))}")
+            choices = BUILTIN_SOURCES + tuple(known)
+            raise RecipeError(f"{source}: {_where(raw, 'data', 'source')}: unknown source {data['source']!r}"
+                              f"{did_you_mean(data['source'], choices)}; choose {', '.join(choices)}")
     node_names, graph_names = _known_pse_names()
     for key, allowed in (("node_targets", node_names), ("graph_targets", graph_names)):
         names = data[key]
         bad = [n for n in names if n not in allowed]
         if bad:
-            raise RecipeError(f"{source}: {_where(raw, 'data', key)}: unknown PSE {bad[0]!r}; "
-                              f"choose from {', '.join(allowed)}")
+            raise RecipeError(f"{source}: {_where(raw, 'data', key)}: unknown PSE {bad[0]!r}"
+                              f"{did_you_mean(bad[0], allowed)}; choose from {', '.join(allowed)}")
         if len(set(names)) != len(names):
             raise RecipeError(f"{source}: {_where(raw, 'data', key)}: names repeat: {names}")
     if not data["node_targets"] and not data["graph_targets"]:
@@ -462,8 +506,7 @@ def _known_datasets() -> tuple[str, ...] | None:
 def _unknown_key_text(key: str, section: Any, prefix: str) -> str:
     if not isinstance(section, Mapping):
         return f"{prefix.rstrip('.')} is not a section"
-    close = difflib.get_close_matches(str(key), [str(k) for k in section], n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    hint = did_you_mean(str(key), [str(k) for k in section])
     where = f"in {prefix.rstrip('.')}" if prefix else "at the top level"
     return f"unknown key{hint}; known keys {where}: {', '.join(section)}"
 

@@ -209,8 +209,12 @@ def test_resume_equals_uninterrupted(tmp_path, cache_dir, every):
 def test_resume_refuses_another_recipe(tmp_path, cache_dir):
     train_downstream(csl_recipe(tmp_path / "job", cache_dir, "general_pipeline.num_epochs=1"), progress=False)
     (tmp_path / "job/seed0-fold0/result.json").unlink()  # make the run look interrupted
-    with pytest.raises(CheckpointError, match="different recipe"):
-        train_downstream(csl_recipe(tmp_path / "job", cache_dir, "model.dropout=0.5"), progress=False, resume=True)
+    changed = csl_recipe(tmp_path / "job", cache_dir, "general_pipeline.num_epochs=1", "model.dropout=0.5")
+    with pytest.raises(RecipeError, match=r"recipe differs from the run's \(model.dropout: 0.0 -> 0.5\); .*"
+                                          r"--allow-recipe-change"):
+        train_downstream(changed, progress=False, resume=True)
+    summary = train_downstream(changed, progress=False, resume=True, allow_recipe_change=True)
+    assert summary["recipe_changes"] == ["seed0-fold0: model.dropout: 0.0 -> 0.5"]
 
 
 def test_graph_regression_with_edge_features_and_standardised_targets(tmp_path, data_root, cache_dir):

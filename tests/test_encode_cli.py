@@ -75,7 +75,7 @@ def test_dataset_errors_are_one_line(tmp_path, checkpoint, capsys, argv, message
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
     code, _, err = _run(["encode", *argv, "--checkpoint", str(checkpoint), "--out", str(tmp_path / "o.bin")],
                         capsys)
-    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    lines = [line for line in err.splitlines() if line.startswith("gpse-dgl: error:")]
     assert code == 2 and len(lines) == 1 and message.replace("{tmp}", str(tmp_path)) in lines[0]
     assert "Traceback" not in err
     if "available" in message:
@@ -90,7 +90,7 @@ def test_bad_checkpoint_is_one_line(tmp_path, capsys):
     for path, message in ((bogus, "not a GPSE checkpoint"), (tmp_path / "none.pt", "checkpoint not found")):
         code, _, err = _run(["encode", "--smiles", str(smi), "--checkpoint", str(path), "--out",
                              str(tmp_path / "o.bin")], capsys)
-        assert code == 2 and err.strip().startswith("error:") and message in err
+        assert code == 2 and err.strip().startswith("gpse-dgl: error:") and message in err
         assert len(err.strip().splitlines()) == 1
 
 
@@ -136,4 +136,4 @@ def test_bad_input_file_and_device(tmp_path, checkpoint, capsys):
     assert code == 2 and "not a DGL graph file" in err and "Traceback" not in err
     code, _, err = _run(["encode", "--input", str(junk), "--checkpoint", str(checkpoint), "--out",
                          str(tmp_path / "o.bin"), "--device", "nonsense"], capsys)
-    assert code == 2 and "not a torch device" in err
+    assert code == 2 and "--device: expected auto, cpu, cuda, cuda:N or mps, got 'nonsense'" in err

@@ -13,7 +13,7 @@ from gpse_dgl.train import pretrain as pretrain_module
 from gpse_dgl.train.checkpoint import load_pretrain_checkpoint
 from gpse_dgl.train.data import GraphCollection, build_pretraining_data
 from gpse_dgl.train.pretrain import build_scheduler, pretrain
-from gpse_dgl.utils.errors import CheckpointError
+from gpse_dgl.utils.errors import CheckpointError, RecipeError
 
 NUM_GRAPHS = 60
 
@@ -185,7 +185,7 @@ def test_run_directory_guards(tmp_path, cache_dir):
         run(recipe)
     changed = copy.deepcopy(recipe)
     changed["model"]["num_layers"] = 3
-    with pytest.raises(CheckpointError, match=r"different recipe \(model.num_layers: checkpoint 2, recipe 3\)"):
+    with pytest.raises(RecipeError, match=r"recipe differs from the run's \(model.num_layers: 2 -> 3\)"):
         run(changed, resume=True)
     summary = run(recipe, overwrite=True)
     assert summary["epochs_completed"] == 1
@@ -283,7 +283,7 @@ def test_resume_check_fills_keys_added_to_the_schema(tmp_path):
     pretrain_module._check_same_run(tmp_path / "last.pt", payload, recipe, {"encoder": {}})
     changed = copy.deepcopy(recipe)
     changed["model"]["learn_input_norm"] = False
-    with pytest.raises(CheckpointError, match="learn_input_norm"):
+    with pytest.raises(RecipeError, match="learn_input_norm"):
         pretrain_module._check_same_run(tmp_path / "last.pt", payload, changed, {"encoder": {}})
 
 
@@ -355,9 +355,14 @@ def test_resume_with_more_epochs_follows_the_new_schedule(tmp_path, cache_dir):
     run(recipe)
     longer = copy.deepcopy(recipe)
     longer["general_pipeline"]["num_epochs"] = 4
-    resumed = run(longer, resume=True)
+    with pytest.raises(RecipeError, match=r"general_pipeline.num_epochs: 2 -> 4\).*--allow-recipe-change"):
+        run(longer, resume=True)
+    resumed = run(longer, resume=True, allow_recipe_change=True)
     expected = pretrain_module.CosineWithWarmup(warmup=1, total=4)
     assert [r["lr"] for r in resumed["history"]] == pytest.approx([0.01 * expected(t) for t in range(4)])
+    assert resumed["recipe_changes"] == ["general_pipeline.num_epochs: 2 -> 4"]
+    recorded = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert recorded["recipe_changes"] == ["general_pipeline.num_epochs: 2 -> 4"]
 
 
 def test_resume_keeps_the_fitted_schedule(tmp_path, cache_dir, monkeypatch):

@@ -30,7 +30,8 @@ def test_smiles_with_invalid_entries(tmp_path):
     out = tmp_path / "pse.bin"
     result = run(["--smiles", str(smi), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert "3 molecules, 2 invalid SMILES skipped (entries 2, 5)" in result.output
+    # numbered from 0 (blank lines skipped), as labels["smiles_index"] numbers the valid ones: 0, 2, 3
+    assert "3 molecules, 2 invalid SMILES skipped (entries 1, 4, numbered from 0 as smiles_index)" in result.output
     graphs, labels = dgl.load_graphs(str(out))
     assert len(graphs) == 3 and [g.num_nodes() for g in graphs] == [3, 6, 6]
     assert labels["smiles_index"].tolist() == [0, 2, 3]
@@ -95,12 +96,12 @@ def test_library_errors_are_one_line(tmp_path, capsys):
     dgl.save_graphs(str(src), [cycle(30)])
     code, text = run_main(["--input", str(src), "--pse", "ElstaticPE", "--dense-limit", "20"], capsys)
     assert code == 2
-    lines = [ln for ln in text.splitlines() if ln.startswith("error:")]
+    lines = [ln for ln in text.splitlines() if ln.startswith("gpse-dgl: error:")]
     assert len(lines) == 1 and "above dense_limit=20" in lines[0] and "--dense-limit" in lines[0]
     bad = tmp_path / "bad.bin"
     bad.write_text("not a graph file")
     code, text = run_main(["--input", str(bad)], capsys)
-    assert code == 2 and "not a readable DGL binary graph file" in text
+    assert code == 2 and "not a DGL graph file" in text
     empty = tmp_path / "none.smi"
     empty.write_text("xx\nyy\n")
     code, text = run_main(["--smiles", str(empty)], capsys)

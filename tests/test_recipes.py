@@ -6,9 +6,10 @@ import os
 import re
 
 import pytest
+import yaml
 
-from gpse_dgl.recipes import (PRETRAIN_SCHEMA, default_recipe, describe_schema, dump_recipe, load_recipe,
-                              validate_recipe)
+from gpse_dgl.recipes import (PRETRAIN_SCHEMA, StrictSafeLoader, default_recipe, describe_schema, dump_recipe,
+                              load_recipe, validate_recipe)
 from gpse_dgl.utils.errors import RecipeError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -79,8 +80,39 @@ def test_missing_keys_get_the_paper_defaults(tmp_path):
     assert defaults["model"]["num_layers"] == 20 and defaults["model"]["dim_hidden"] == 512
 
 
-def test_empty_file_is_the_default_recipe(tmp_path):
-    assert load_recipe(write(tmp_path, "")) == default_recipe()
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
+def test_empty_file_is_an_error(tmp_path, text):
+    with pytest.raises(RecipeError, match="empty recipe"):
+        load_recipe(write(tmp_path, text))
+
+
+def test_duplicate_key_names_key_and_both_lines(tmp_path):
+    text = "seed: 1\nmodel:\n  num_layers: 3\n  dropout: 0.1\n  num_layers: 4\n"
+    with pytest.raises(RecipeError, match=r"duplicate key 'num_layers' at lines 3 and 5"):
+        load_recipe(write(tmp_path, text))
+    with pytest.raises(RecipeError, match=r"duplicate key 'seed' at lines 1 and 2"):
+        load_recipe(write(tmp_path, "seed: 1\nseed: 2\n"))
+
+
+def test_merge_keys_may_be_overridden(tmp_path):
+    text = "x: &base {num_layers: 3, dropout: 0.1}\n"
+    raw = yaml.load(text + "model:\n  <<: *base\n  num_layers: 4\n", Loader=StrictSafeLoader)
+    assert raw["model"] == {"num_layers": 4, "dropout": 0.1}
+
+
+@pytest.mark.parametrize("override", ["seed=-1", f"seed={2**63}", f"seed={2**70}", f"data.split_seed={2**64}"])
+def test_seed_outside_63_bits_is_an_error(tmp_path, override):
+    with pytest.raises(RecipeError, match=r"seed in \[0, 2\*\*63\)"):
+        load_recipe(write(tmp_path, "seed: 0\n"), [override])
+
+
+def test_largest_seed_is_accepted(tmp_path):
+    assert load_recipe(write(tmp_path, "seed: 0\n"), [f"seed={2**63 - 1}"])["seed"] == 2**63 - 1
+
+
+def test_misspelled_choice_gets_did_you_mean(tmp_path):
+    with pytest.raises(RecipeError, match=r"got 'summ' \(did you mean 'sum'\?\)"):
+        load_recipe(write(tmp_path, "model:\n  pooling: summ\n"))
 
 
 def test_defaults_are_not_shared_between_recipes(tmp_path):
@@ -136,7 +168,7 @@ def test_unknown_top_level_key(tmp_path):
     ("general_pipeline:\n  optimizer:\n    lr: 0\n", "general_pipeline.optimizer.lr", "expected a value > 0"),
     ("general_pipeline:\n  batch_size: null\n", "general_pipeline.batch_size", "got null"),
     ("general_pipeline: 3\n", "general_pipeline", "expected a mapping"),
-    ("device: gpu\n", "device", "expected 'auto', 'cpu'"),
+    ("device: gpu\n", "device", "expected auto, cpu, cuda, cuda:N or mps"),
     ("general_pipeline:\n  fit_to_time_limit: true\n", "general_pipeline.fit_to_time_limit",
      "needs general_pipeline.time_limit_minutes"),
     ("general_pipeline:\n  fit_to_time_limit: true\n  time_limit_minutes: 5\n  lr_scheduler:\n"
@@ -199,7 +231,7 @@ def test_set_overrides_and_parses_yaml_scalars(tmp_path):
 
 
 def test_set_can_add_a_section_missing_from_the_file(tmp_path):
-    recipe = load_recipe(write(tmp_path, ""), ["general_pipeline.lr_scheduler.warmup_epochs=1"])
+    recipe = load_recipe(write(tmp_path, "seed: 0\n"), ["general_pipeline.lr_scheduler.warmup_epochs=1"])
     assert recipe["general_pipeline"]["lr_scheduler"]["warmup_epochs"] == 1
 
 
@@ -213,7 +245,7 @@ def test_set_can_add_a_section_missing_from_the_file(tmp_path):
     ("data.node_targets=[Foo]", "--set data.node_targets: unknown PSE 'Foo'"),
 ])
 def test_bad_set_names_file_and_key(tmp_path, override, expected):
-    path = write(tmp_path, "")
+    path = write(tmp_path, "seed: 0\n")
     message = error_of(path, [override])
     assert message.startswith(f"{path}: "), message
     assert expected in message
@@ -237,14 +269,14 @@ def test_cli_reports_recipe_errors_in_one_line(tmp_path, capsys):
         main(["pretrain", path])
     assert info.value.code == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"error: {path}: general_pipeline.optimizer.lr: expected a number, got 'fast'"
+    assert err == f"gpse-dgl: error: {path}: general_pipeline.optimizer.lr: expected a number, got 'fast'"
 
 
 def test_cli_reports_bad_set_in_one_line(tmp_path, capsys):
     from gpse_dgl.cli import main
 
     with pytest.raises(SystemExit) as info:
-        main(["pretrain", write(tmp_path, ""), "--set", "model.depth=3"])
+        main(["pretrain", write(tmp_path, "seed: 0\n"), "--set", "model.depth=3"])
     assert info.value.code == 2
     assert capsys.readouterr().err.count("\n") == 1
 

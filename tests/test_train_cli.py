@@ -31,7 +31,8 @@ def test_missing_dataset_is_a_one_line_error(recipe, tmp_path, capsys):
                             "--no-progress"], capsys)
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: dataset ") and "not found" in lines[0], err
+    assert len(lines) == 1 and lines[0].startswith("gpse-dgl: error: dataset "), err
+    assert "not found" in lines[0], err
     assert not (tmp_path / "run").exists()  # nothing written before the data is there
 
 

@@ -1,4 +1,7 @@
 """One module per CLI verb; each exposes a click command named ``command``."""
+import functools
+
+import click
 
 
 def cli_overrides(overrides, device, out_dir) -> list:
@@ -9,3 +12,44 @@ def cli_overrides(overrides, device, out_dir) -> list:
     if out_dir is not None:
         overrides.append(f"general_pipeline.save_path={out_dir}")
     return overrides
+
+
+def check_device_option(ctx, param, value):
+    """click callback: the device name is well formed (whether it exists is checked when the run starts)."""
+    from ..utils.devices import check_device_name
+
+    if value is not None and (problem := check_device_name(value)):
+        raise click.BadParameter(problem)
+    return value
+
+
+def allow_recipe_change_option(record_file: str):
+    """``--allow-recipe-change`` (meaningful with ``--resume`` only; :func:`check_resume_flags` checks that)."""
+    return click.option("--allow-recipe-change", is_flag=True,
+                        help="With --resume: continue although the recipe changes the result (schedule, model, "
+                             f"data); the changes are recorded in {record_file}.")
+
+
+def check_resume_flags(resume: bool, allow_recipe_change: bool) -> None:
+    if allow_recipe_change and not resume:
+        raise click.UsageError("--allow-recipe-change only applies with --resume")
+
+
+def output_options(command):
+    """Give a verb ``--quiet`` and ``--verbose`` (set up by :func:`gpse_dgl.utils.progress.configure`)."""
+
+    @click.option("--verbose", "-v", is_flag=True, help="Also show informational log messages.")
+    @click.option("--quiet", "-q", is_flag=True,
+                  help="No progress output and no status lines; errors and the final result only. "
+                       "(Progress bars appear only on a terminal, else a line per 10 % of the work; "
+                       "GPSE_DGL_PROGRESS=1 or 0 forces bars on or off.)")
+    @functools.wraps(command)
+    def with_output_options(*args, quiet, verbose, **kwargs):
+        from ..utils.progress import configure
+
+        if quiet and verbose:
+            raise click.UsageError("--quiet and --verbose exclude each other")
+        configure(quiet=quiet, verbose=verbose)
+        return command(*args, **kwargs)
+
+    return with_output_options

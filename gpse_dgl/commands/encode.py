@@ -7,6 +7,8 @@ import time
 
 import click
 
+from . import output_options
+
 
 def _parse_fanouts(ctx, param, value):
     if value is None:
@@ -31,26 +33,8 @@ def _silenced(name: str):
         logger.disabled = previous
 
 
-def _check_device(name: str):
-    """``torch.device(name)``, refusing devices this machine does not have with a usage error."""
-    import torch
-
-    try:
-        device = torch.device(name)
-    except (RuntimeError, ValueError):
-        raise click.BadParameter(f"{name!r} is not a torch device (e.g. cpu, cuda, cuda:1)",
-                                 param_hint="--device") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise click.BadParameter("CUDA is not available on this machine", param_hint="--device")
-    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise click.BadParameter("MPS is not available on this machine", param_hint="--device")
-    return device
-
-
 def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
     """``(graphs, labels_dict, description)`` from exactly one of the three inputs."""
-    import dgl
-
     if dataset is not None:
         from ..data.registry import load_dataset
 
@@ -58,15 +42,12 @@ def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
         labels = {} if ds.labels is None else {"label": ds.labels}  # per graph, or per node (one graph)
         return list(ds.graphs), labels, f"dataset {ds.name} ({ds.task}-level)"
     if input_path is not None:
-        try:
-            graphs, labels = dgl.load_graphs(str(input_path))
-        except Exception as exc:  # noqa: BLE001 - DGL raises assorted errors for foreign files
-            from ..utils.errors import GPSEError
+        from .graph_io import read_graph_file
 
-            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise GPSEError(f"{input_path}: not a DGL graph file ({reason[:100]})") from None
-        return graphs, dict(labels), f"{input_path}"
+        graphs, labels = read_graph_file(input_path)
+        return graphs, labels, f"{input_path}"
     from ..data.tables import skeleton_table
+    from ..utils.text import plural
 
     graphs, labels, invalid = skeleton_table(str(smiles), smiles_column)
     if not graphs:
@@ -77,7 +58,7 @@ def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
     note = f", {len(invalid)} invalid skipped (records {shown}, numbered from 0)" if invalid else ""
     kept = [name for name in labels if name != "smiles_index"]
     columns = f"; labels kept: {', '.join(kept)}" if kept else ""
-    return graphs, labels, f"{smiles} ({len(graphs)} molecules{note}{columns})"
+    return graphs, labels, f"{smiles} ({plural(len(graphs), 'molecule')}{note}{columns})"
 
 
 @click.command("encode")
@@ -118,6 +99,7 @@ def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
                    "remaining layers (default 30,20,10,5; -1 = all).")
 @click.option("--directed", is_flag=True,
               help="Use edges exactly as given instead of the simple undirected graph GPSE was trained on.")
+@output_options
 def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, device, batch_size, seed,
             samples, sampled, fanouts, directed):
     """Encode graphs with a pretrained GPSE and save them with ndata['gpse'] to a DGL binary file.
@@ -143,32 +125,50 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
                                + (f" (got {', '.join(chosen)})" if chosen else ""))
     if fanouts is not None and not sampled:
         raise click.UsageError("--fanouts only applies with --sampled")
-
-    import dgl
-
-    from ..encode import describe_checkpoint, encode_dataset, load_gpse
-
-    device = _check_device(device)
-
-    with _silenced("gpse_dgl.encode"):  # the line below says the same, once
-        model = load_gpse(checkpoint, device=device)
-    click.echo(f"model: {describe_checkpoint(model)}", err=True)
     if smiles_column is not None and smiles is None:
         raise click.UsageError("--smiles-column only applies with --smiles")
+
+    from ..encode import describe_checkpoint, encode_dataset, load_gpse
+    from ..utils.devices import resolve_device
+    from ..utils.preflight import check_output_file
+    from ..utils.progress import is_quiet
+    from ..utils.text import plural
+    from .graph_io import check_input_graphs, write_graph_file
+
+    device = resolve_device(device)
+    check_output_file(out_path, "--out")
+    say = (lambda message: None) if is_quiet() else (lambda message: click.echo(message, err=True))
+
     graphs, labels, description = _load_graphs(dataset, input_path, smiles, root, smiles_column)
+    check_input_graphs(graphs, str(input_path or smiles or dataset))
+    with _silenced("gpse_dgl.encode"):  # the line below says the same, once
+        model = load_gpse(checkpoint, device=device)
+    say(f"model: {describe_checkpoint(model)}")
     num_nodes = sum(g.num_nodes() for g in graphs)
-    click.echo(f"input: {description}: {len(graphs)} graph(s), {num_nodes} nodes", err=True)
+    say(f"input: {description}: {plural(len(graphs), 'graph')}, {plural(num_nodes, 'node')}")
 
     start = time.perf_counter()
     sizes = {"sample_batch_size": batch_size} if sampled else {"batch_size": batch_size}
     encode_dataset(model, graphs, seed=seed, samples=samples, device=device, undirected=not directed,
-                   sampled=sampled, fanouts=fanouts, store="gpse", progress=True,
+                   sampled=sampled, fanouts=fanouts, store="gpse", progress=not is_quiet(),
                    **{k: v for k, v in sizes.items() if v is not None})
     elapsed = max(time.perf_counter() - start, 1e-9)
+    _check_finite_encodings(graphs)
 
-    dgl.save_graphs(str(out_path), graphs, labels or None)
+    write_graph_file(out_path, graphs, labels)
     rate = f"{num_nodes / elapsed:,.0f} nodes/s"
     if len(graphs) > 1:
         rate = f"{len(graphs) / elapsed:,.1f} graphs/s, {rate}"
-    click.echo(f"encoded {len(graphs)} graph(s), {num_nodes} nodes in {elapsed:.2f} s ({rate}) "
+    click.echo(f"encoded {plural(len(graphs), 'graph')}, {plural(num_nodes, 'node')} in {elapsed:.2f} s ({rate}) "
                f"on {device}; wrote {out_path} (ndata['gpse'])", err=True)
+
+
+def _check_finite_encodings(graphs) -> None:
+    """Refuse to write NaN/Inf encodings (a model that diverged on these inputs) as if they were results."""
+    import torch
+
+    from ..utils.errors import RunFailedError
+
+    for index, graph in enumerate(graphs):
+        if not bool(torch.isfinite(graph.ndata["gpse"]).all()):
+            raise RunFailedError(f"graph {index}: the encoder produced NaN or Inf values; nothing written")

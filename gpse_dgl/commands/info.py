@@ -5,6 +5,8 @@ import platform
 
 import click
 
+from . import output_options
+
 
 def _version(module: str) -> str:
     try:
@@ -24,6 +26,7 @@ def _rdkit_corpus_size() -> str:
 
 
 @click.command("info")
+@output_options
 def command():
     """Print versions (python, torch, dgl, rdkit, ogb), devices, and DGL kernel support per device.
 

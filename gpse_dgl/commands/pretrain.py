@@ -1,15 +1,9 @@
 """``gpse-dgl pretrain RECIPE``: pretrain GPSE as a YAML recipe says."""
 from __future__ import annotations
 
-import re
-
 import click
 
-
-def _check_device(ctx, param, value):
-    if value is not None and not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
-        raise click.BadParameter(f"expected auto, cpu, cuda, cuda:N or mps, got {value!r}")
-    return value
+from . import allow_recipe_change_option, check_device_option, check_resume_flags, output_options
 
 
 @click.command("pretrain")
@@ -19,13 +13,16 @@ def _check_device(ctx, param, value):
                    "value is read as YAML).")
 @click.option("--resume", is_flag=True, help="Continue the run in the output directory from its last "
                                             "checkpoint (last.pt).")
-@click.option("--overwrite", is_flag=True, help="Replace a run already in the output directory.")
-@click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps", callback=_check_device,
+@allow_recipe_change_option("metrics.json")
+@click.option("--overwrite", is_flag=True, help="Replace a run already in the output directory (the old run "
+                                               "stays until the new one has written its first checkpoint).")
+@click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps", callback=check_device_option,
               help="Device to train on (overrides the recipe's `device`).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output directory (overrides general_pipeline.save_path).")
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per epoch instead).")
-def command(recipe, overrides, resume, overwrite, device, out_dir, no_progress):
+@output_options
+def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, out_dir, no_progress):
     """Pretrain a GPSE encoder from the YAML recipe RECIPE.
 
     The recipe is validated completely before any work starts. Outputs go to
@@ -41,19 +38,23 @@ def command(recipe, overrides, resume, overwrite, device, out_dir, no_progress):
       gpse-dgl pretrain recipes/quickstart.yaml --out runs/try --resume
     """
     from ..recipes import load_recipe
+    from ..utils.progress import is_quiet
+    from ..utils.text import plural
 
     from . import cli_overrides
 
+    check_resume_flags(resume, allow_recipe_change)
     validated = load_recipe(recipe, cli_overrides(overrides, device, out_dir))
 
     from ..train.pretrain import format_r2_table, pretrain
 
-    progress = not no_progress
+    progress = not no_progress and not is_quiet()
     summary = pretrain(validated, resume=resume, progress=progress, overwrite=overwrite,
-                       log=None if progress else click.echo)
+                       log=(lambda message: None) if is_quiet() else None if progress else click.echo,
+                       allow_recipe_change=allow_recipe_change)
     paths = summary["paths"]
     click.echo("")
-    click.echo(f"finished: {summary['status']}; {summary['epochs_completed']} epochs, best epoch "
+    click.echo(f"finished: {summary['status']}; {plural(summary['epochs_completed'], 'epoch')}, best epoch "
                f"{summary['best_epoch']}, {summary['wall_time_seconds'] / 60:.1f} min")
     click.echo(f"best checkpoint:  {summary['evaluated_checkpoint']}")
     click.echo(f"last checkpoint:  {paths['last_checkpoint']}")

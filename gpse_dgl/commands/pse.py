@@ -5,6 +5,8 @@ import time
 
 import click
 
+from . import output_options
+
 DATASET_EMBEDDED = "embedded-molecules"
 
 
@@ -26,6 +28,7 @@ def _load_smiles(path: str, unique: bool):
 
     from ..data.molecules import read_smiles_file, smiles_to_skeleton, unique_skeleton_graphs
     from ..utils.errors import GPSEError
+    from ..utils.text import plural
 
     entries = read_smiles_file(path)
     if unique:
@@ -43,10 +46,11 @@ def _load_smiles(path: str, unique: bool):
             else:
                 graphs.append(graph)
                 kept.append(index)
-        desc = f"{path}: {len(graphs)} molecules"
-        if bad:
-            shown = ", ".join(str(i + 1) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
-            desc += f", {len(bad)} invalid SMILES skipped (entries {shown})"
+        desc = f"{path}: {plural(len(graphs), 'molecule')}"
+        if bad:  # 0-based entry numbers, as in labels["smiles_index"]
+            shown = ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
+            desc += (f", {plural(len(bad), 'invalid SMILES', 'invalid SMILES')} skipped "
+                     f"({'entry' if len(bad) == 1 else 'entries'} {shown}, numbered from 0 as smiles_index)")
         labels = {"smiles_index": torch.tensor(kept, dtype=torch.int64)}
     if not graphs:
         raise GPSEError(f"{path}: no valid SMILES found")
@@ -56,32 +60,19 @@ def _load_smiles(path: str, unique: bool):
 def _load_dataset(name: str, root):
     from ..utils.errors import DatasetNotFoundError
 
+    from ..utils.text import plural
+
     if name == DATASET_EMBEDDED:
         from ..data.molecules import load_embedded_molecules
 
         graphs = [g.clone() for g in load_embedded_molecules()]
-        return graphs, {}, f"{DATASET_EMBEDDED} ({len(graphs)} unique skeletons of RDKit's NCI set)"
+        return graphs, {}, f"{DATASET_EMBEDDED} ({plural(len(graphs), 'unique skeleton')} of RDKit's NCI set)"
     try:
         from ..data.registry import load_dataset
     except ImportError:
         raise DatasetNotFoundError(f"unknown dataset {name!r}; available: {DATASET_EMBEDDED}") from None
     ds = load_dataset(name, root=root)
-    return list(ds.graphs), {}, f"dataset {ds.name} ({len(ds.graphs)} graphs)"
-
-
-def _check_device(device: str) -> None:
-    import torch
-
-    from ..utils.errors import GPSEError
-
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise click.BadParameter(f"{device!r} is not a torch device", param_hint="--device") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise GPSEError(f"--device {device}: CUDA is not available here (use --device cpu)")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise GPSEError(f"--device {device}: MPS is not available here (use --device cpu)")
+    return list(ds.graphs), {}, f"dataset {ds.name} ({plural(len(ds.graphs), 'graph')})"
 
 
 @click.command("pse")
@@ -117,7 +108,9 @@ def _check_device(device: str) -> None:
               help="torch device for the dense linear algebra, e.g. cpu or cuda:0.")
 @click.option("--workers", type=click.IntRange(min=0), default=0, show_default=True,
               help="Threads computing small same-size batches side by side (0: torch's thread count).")
-@click.option("--progress/--no-progress", default=True, show_default=True, help="tqdm progress bar.")
+@click.option("--progress/--no-progress", default=True, show_default=True,
+              help="Progress report (a bar on a terminal, else a line per 10 %).")
+@output_options
 def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_path, dense_limit,
             max_cycle_paths, device, workers, progress):
     """Compute explicit positional and structural encodings and save them as a DGL binary file.
@@ -136,10 +129,13 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
     Read the result with:
       graphs, labels = dgl.load_graphs("pse.bin")  # graphs[i].ndata["RWSE"], labels["CycleGE"][i]
     """
-    import dgl
-
     from ..pse import DEFAULT_DENSE_LIMIT, PSE_REGISTRY, compute_pses
-    from ..utils.errors import GPSEError
+    from ..pse.cycles import CycleLimitError
+    from ..utils.devices import resolve_device
+    from ..utils.preflight import check_output_file
+    from ..utils.progress import is_quiet
+    from ..utils.text import plural
+    from .graph_io import check_input_graphs, read_graph_file, write_graph_file
 
     chosen = [flag for flag, value in (("--input", input_path), ("--smiles", smiles), ("--dataset", dataset))
               if value is not None]
@@ -148,41 +144,43 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
                                + (f" (got {', '.join(chosen)})" if chosen else ""))
     if unique and smiles is None:
         raise click.UsageError("--unique only applies to --smiles")
-    _check_device(device)
+    resolve_device(device)
+    if out_path is not None:
+        check_output_file(out_path, "--out")
+    say = (lambda message: None) if is_quiet() else click.echo
 
     if input_path is not None:
-        try:
-            graphs, labels = dgl.load_graphs(str(input_path))
-        except Exception as exc:  # noqa: BLE001 - DGL raises bare DGLError/RuntimeError on bad files
-            raise GPSEError(f"{input_path}: not a readable DGL binary graph file ({type(exc).__name__})") from None
-        labels, desc = dict(labels), f"{input_path}: {len(graphs)} graphs"
+        graphs, labels = read_graph_file(input_path)
+        desc = f"{input_path}: {plural(len(graphs), 'graph')}"
     elif smiles is not None:
         graphs, labels, desc = _load_smiles(str(smiles), unique)
     else:
         graphs, labels, desc = _load_dataset(dataset, root)
-    click.echo(desc)
-    if not graphs:
-        raise GPSEError("no graphs to compute PSEs for")
+    say(desc)
+    check_input_graphs(graphs, str(input_path or smiles or dataset))
 
     names = names or list(PSE_REGISTRY)
     start = time.perf_counter()
-    graphs, graph_level = compute_pses(
-        graphs, names, normalize=not no_normalize, progress=progress,
-        dense_limit=dense_limit or DEFAULT_DENSE_LIMIT, max_cycle_paths=max_cycle_paths, device=device,
-        num_workers=workers)
+    try:
+        graphs, graph_level = compute_pses(
+            graphs, names, normalize=not no_normalize, progress=progress and not is_quiet(),
+            dense_limit=dense_limit or DEFAULT_DENSE_LIMIT, max_cycle_paths=max_cycle_paths, device=device,
+            num_workers=workers)
+    except CycleLimitError as exc:
+        raise exc.naming("--max-cycle-paths") from None
     elapsed = time.perf_counter() - start
     num_nodes = sum(g.num_nodes() for g in graphs)
     rate = len(graphs) / elapsed if elapsed > 0 else float("inf")
     node_names = [n for n in names if PSE_REGISTRY[n].level == "node"]
-    summary = (f"computed {', '.join(names)} for {len(graphs):,} graphs ({num_nodes:,} nodes) in "
-               f"{elapsed:.2f} s ({rate:,.0f} graphs/s)")
+    summary = (f"computed {', '.join(names)} for {plural(len(graphs), 'graph')} ({plural(num_nodes, 'node')}) "
+               f"in {elapsed:.2f} s ({rate:,.0f} graphs/s)")
     if node_names:
         summary += "; node-level " + ("raw" if no_normalize else "standardised per graph")
-    click.echo(summary)
+    say(summary)
     if out_path is None:
-        click.echo("nothing saved (no --out)")
+        say("nothing saved (no --out)")
         return
     labels.update(graph_level)
-    dgl.save_graphs(str(out_path), graphs, labels)
+    write_graph_file(out_path, graphs, labels)
     stored = [f"ndata[{n!r}]" for n in node_names] + [f"labels[{n!r}]" for n in graph_level]
     click.echo(f"wrote {out_path}: {', '.join(stored)}")

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from . import allow_recipe_change_option, check_device_option, check_resume_flags, output_options
+
 
 @click.command("train")
 @click.argument("recipe", type=click.Path(dir_okay=False))
@@ -14,13 +16,16 @@ import click
                    "cross-validation each run draws its own folds).")
 @click.option("--resume", is_flag=True, help="Continue the job in the output directory: finished runs are "
                                             "kept, an interrupted run continues from its last.pt.")
-@click.option("--overwrite", is_flag=True, help="Replace a job already in the output directory.")
-@click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps",
+@allow_recipe_change_option("results.json")
+@click.option("--overwrite", is_flag=True, help="Replace a job already in the output directory (the old job "
+                                               "stays until the new one has saved its first epoch).")
+@click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps", callback=check_device_option,
               help="Device to train on (overrides the recipe's `device`).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output directory (overrides general_pipeline.save_path).")
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per run instead).")
-def command(recipe, overrides, seeds, resume, overwrite, device, out_dir, no_progress):
+@output_options
+def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, device, out_dir, no_progress):
     """Train a downstream model from the YAML recipe RECIPE and report test scores at the best
     validation epoch, mean ± std over the runs.
 
@@ -36,19 +41,23 @@ def command(recipe, overrides, seeds, resume, overwrite, device, out_dir, no_pro
       gpse-dgl train recipes/downstream/ogbg-molhiv.yaml --out runs/molhiv --resume
     """
     from ..train.downstream_schema import load_downstream_recipe
+    from ..utils.progress import is_quiet
+    from ..utils.text import plural
 
     from . import cli_overrides
 
+    check_resume_flags(resume, allow_recipe_change)
     validated = load_downstream_recipe(recipe, cli_overrides(overrides, device, out_dir))
 
     from ..train.downstream import format_summary, train_downstream
 
-    progress = not no_progress
+    progress = not no_progress and not is_quiet()
     summary = train_downstream(validated, resume=resume, seeds=seeds, progress=progress, overwrite=overwrite,
-                               log=None if progress else click.echo)
+                               log=(lambda message: None) if is_quiet() else None if progress else click.echo,
+                               allow_recipe_change=allow_recipe_change)
     click.echo("")
     click.echo(f"finished: {summary['status']}; {summary['dataset']} with PE {summary['pe_source']}, "
-               f"{summary['num_runs']} run(s), {summary['model']['num_parameters']:,} parameters, "
+               f"{plural(summary['num_runs'], 'run')}, {summary['model']['num_parameters']:,} parameters, "
                f"{summary['wall_time_seconds'] / 60:.1f} min")
     click.echo(f"results: {summary['paths']['results']}")
     click.echo("")

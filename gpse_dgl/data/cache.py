@@ -4,7 +4,7 @@ A cache is two files: ``<path>`` written by ``dgl.save_graphs`` and ``<path>.met
 fingerprint it was built for, the file size and its SHA-256. Writing goes
 
 1. remove the old sidecar (from here on the cache reads as invalid),
-2. write ``<path>.tmp-<pid>``, then ``os.replace`` it onto ``<path>``,
+2. write ``<path>`` atomically (:func:`gpse_dgl.utils.io.atomic_path`: temporary file, fsync, rename),
 3. write the sidecar the same way, last.
 
 so an interrupted write never leaves a cache that validates: without a sidecar, or with a checksum that
@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+from ..utils.io import atomic_write_text, save_graphs_atomic
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +70,6 @@ def default_cache_dir() -> Path:
 def _canonical(fingerprint: dict) -> str:
     # sort_keys + default=str: equal settings always serialise to the same string.
     return json.dumps(fingerprint, sort_keys=True, default=str)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def fingerprint_of(sources: Iterable[str | os.PathLike] = (), **settings) -> dict:
@@ -130,22 +122,16 @@ def save_graphs_cached(path, graphs: list, labels: dict[str, torch.Tensor] | Non
     import dgl
 
     path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         _sidecar(path).unlink(missing_ok=True)
-        dgl.save_graphs(str(tmp), list(graphs), dict(labels or {}))
-        os.replace(tmp, path)
+        save_graphs_atomic(path, graphs, labels)
         meta = {"fingerprint": json.loads(_canonical(fingerprint)), "size": path.stat().st_size,
                 "sha256": file_sha256(path)}
-        _atomic_write_text(_sidecar(path), json.dumps(meta, sort_keys=True, indent=1))
+        atomic_write_text(_sidecar(path), json.dumps(meta, sort_keys=True, indent=1))
         return True
     except (OSError, dgl.DGLError) as exc:  # DGL reports failed writes as DGLError
         log.warning("not caching to %s: %s", path, exc)
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         return False
 
 

@@ -150,9 +150,9 @@ def smiles_to_skeleton(smiles: str):
 def _progress(it, enabled: bool, desc: str):
     if not enabled:
         return it
-    from tqdm.auto import tqdm
+    from ..utils.progress import progress
 
-    return tqdm(it, desc=desc, unit="mol")
+    return progress(it, desc=desc, unit="mol")
 
 
 def unique_skeleton_graphs(smiles_iter: Iterable[str], min_nodes: int = 2, progress: bool = False):

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..utils.errors import GPSEError
+from ..utils.text import did_you_mean
 from .dataset import GraphDataset
 
 __all__ = ["load_dataset", "available_datasets", "register_dataset", "dataset_description", "default_root",
@@ -115,7 +116,8 @@ def _resolve(name: str) -> str:
     key = _split_prefix(name)[0].lower()
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:
-        raise UnknownDatasetError(f"unknown dataset {name!r}; available: {', '.join(available_datasets())}")
+        raise UnknownDatasetError(f"unknown dataset {name!r}{did_you_mean(key, available_datasets())}; "
+                                  f"available: {', '.join(available_datasets())}")
     return key
 
 

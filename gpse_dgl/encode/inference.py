@@ -360,9 +360,9 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
 def _bar(total: int, enabled: bool):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from ..utils.progress import progress
 
-    return tqdm(total=total, desc="GPSE encoding", unit="graph", dynamic_ncols=True)
+    return progress(total=total, desc="GPSE encoding", unit="graph")
 
 
 def _advance(bar, members) -> None:

@@ -125,11 +125,9 @@ def _plan_chunks(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edg
 
 
 def _progress(iterable, enabled: bool, **kwargs):
-    if not enabled:
-        return iterable
-    from tqdm.auto import tqdm
+    from ..utils.progress import progress
 
-    return tqdm(iterable, **kwargs)
+    return progress(iterable, enabled=enabled, **kwargs)
 
 
 @torch.no_grad()

@@ -357,10 +357,10 @@ class _Job:
                 on_part(graphs, result)
 
         if self.progress:
-            from tqdm.auto import tqdm
+            from ..utils.progress import progress
 
             # input graphs; corrected as parts open (a batched input graph counts its members)
-            self.bar = tqdm(total=sum(_num_inputs(p) for p in parts), unit="graph", desc="PSEs", leave=False)
+            self.bar = progress(total=sum(_num_inputs(p) for p in parts), unit="graph", desc="PSEs")
         try:
             self._run(parts, finished)
         finally:

@@ -127,11 +127,29 @@ def _member(sorted_keys: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return sorted_keys[pos] == keys
 
 
+class CycleLimitError(GraphTooLargeError):
+    """The work bound ``max_paths`` was reached; :meth:`naming` rewords the advice for another interface."""
+
+    def __init__(self, what: str, count: int, max_paths: int, option: str = "max_paths"):
+        self.what, self.count, self.max_paths, self.option = what, count, max_paths, option
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        advice = ("a larger max_paths to count_cycles (max_cycle_paths of compute_pses)"
+                  if self.option == "max_paths" else f"a larger {self.option}")
+        return (f"cycle counting needs {self.count:,} {self.what}, more than the limit of "
+                f"{self.max_paths:,} ({self.option}); pass {advice} (memory grows ~40 bytes per path)")
+
+    def naming(self, option: str) -> "CycleLimitError":
+        """The same error, advising the setting ``option`` (e.g. the CLI flag ``--max-cycle-paths``)."""
+        return CycleLimitError(self.what, self.count, self.max_paths, option)
+
+    def __reduce__(self):  # picklable across worker processes
+        return CycleLimitError, (self.what, self.count, self.max_paths, self.option)
+
+
 def _too_large(what: str, count: int, max_paths: int) -> GraphTooLargeError:
-    return GraphTooLargeError(
-        f"cycle counting needs {count:,} {what}, more than max_paths={max_paths:,}; "
-        "pass a larger max_paths to count_cycles (memory grows ~40 bytes per path) or a smaller max_length"
-    )
+    return CycleLimitError(what, count, max_paths)
 
 
 def _restricted_balls(n, indptr, indices, radius, max_paths) -> list[np.ndarray]:

@@ -39,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Optional
 
+from ..utils.text import did_you_mean
+
 __all__ = [
     "PSESpec",
     "PSE_REGISTRY",
@@ -142,7 +144,8 @@ def resolve_pse_names(names: Optional[Iterable[str] | str] = None) -> list[str]:
                 # case-insensitive convenience ("rwse" -> "RWSE")
                 match = [k for k in PSE_REGISTRY if k.lower() == name.lower()]
                 if not match:
-                    raise ValueError(f"unknown PSE {name!r}; choose from {', '.join(PSE_REGISTRY)}")
+                    raise ValueError(f"unknown PSE {name!r}{did_you_mean(name, PSE_REGISTRY)}; "
+                                     f"choose from {', '.join(PSE_REGISTRY)}")
                 name = match[0]
             if name not in out:
                 out.append(name)

@@ -4,8 +4,9 @@ A checkpoint is a ``dict`` of str keys holding tensors, numbers, strings, lists 
 ``torch.load(path, weights_only=True)`` (which refuses arbitrary pickled objects, so loading a file
 from someone else cannot run code) reads it, and :func:`load_checkpoint` never loads any other way.
 
-Writes go to a temporary file in the same directory and are moved into place with ``os.replace``, so
-a run killed while saving leaves the previous checkpoint intact, never a torn file.
+Writes go through :func:`gpse_dgl.utils.io.atomic_path` (temporary file in the same directory, fsync,
+``os.replace``, the umask's file mode), so a run killed while saving leaves the previous checkpoint intact,
+never a torn file. Loading refuses checkpoints holding NaN or Inf in any floating-point tensor.
 
 Pretraining checkpoints (``train.pretrain``) hold::
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import os
 import random
-import tempfile
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -32,6 +33,7 @@ import numpy as np
 import torch
 
 from ..utils.errors import CheckpointError
+from ..utils.io import atomic_path
 from .runtime import first_line
 
 FORMAT = "gpse-dgl-pretrain"
@@ -46,18 +48,8 @@ def save_checkpoint(path: str | os.PathLike, payload: dict) -> Path:
     """
     path = Path(path)
     _check_plain(payload, "checkpoint")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as tmp:
-            torch.save(payload, tmp)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-        raise
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
     return path
 
 
@@ -66,7 +58,8 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     """Read a checkpoint with ``torch.load(weights_only=True)``.
 
     Raises :class:`CheckpointError` (one line) when the file is missing, is not a torch file, holds
-    anything but plain containers and tensors, is not a dict, or lacks a key in ``required``.
+    anything but plain containers and tensors, is not a dict, lacks a key in ``required``, or holds a
+    floating-point tensor with NaN or Inf values.
     """
     path = Path(path)
     if not path.exists():
@@ -76,6 +69,10 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - the unpickler fails in many ways on foreign bytes
+        if "weights only load failed" in str(exc).lower():  # an object that would run code to load
+            raise CheckpointError(f"{path}: refused: it holds Python objects that only an unsafe load could "
+                                  f"restore ({_refused_object(exc)}); gpse-dgl loads tensors and plain "
+                                  f"containers only") from None
         raise CheckpointError(f"{path}: not a readable checkpoint ({first_line(exc)})") from None
     if not isinstance(payload, dict):
         raise CheckpointError(f"{path}: not a checkpoint (holds a {type(payload).__name__}, "
@@ -83,7 +80,34 @@ def load_checkpoint(path: str | os.PathLike, map_location: str | torch.device = 
     missing = [key for key in required if key not in payload]
     if missing:
         raise CheckpointError(f"{path}: not a gpse-dgl checkpoint (missing {', '.join(missing)})")
+    bad = first_non_finite(payload)
+    if bad is not None:
+        raise CheckpointError(f"{path}: tensor {bad!r} holds NaN or Inf values (a diverged or damaged "
+                              f"model); use an earlier checkpoint")
     return payload
+
+
+def first_non_finite(value: Any, where: str = "") -> str | None:
+    """Dotted name of the first floating-point tensor in ``value`` (nested dicts/lists) with NaN or Inf."""
+    if isinstance(value, torch.Tensor):
+        if (value.is_floating_point() or value.is_complex()) and not bool(torch.isfinite(value).all()):
+            return where or "<tensor>"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        found = first_non_finite(item, f"{where}.{key}" if where else str(key))
+        if found is not None:
+            return found
+    return None
+
+
+def _refused_object(exc: BaseException) -> str:
+    """What torch's weights-only unpickler refused, e.g. ``global posix.system``."""
+    match = re.search(r"GLOBAL ([\w.]*\w)", str(exc))
+    if match:
+        return f"global {match.group(1)}"
+    match = re.search(r"Unsupported operand \d+", str(exc))
+    return match.group(0) if match else "an object outside the allowed types"
 
 
 def load_pretrain_checkpoint(path: str | os.PathLike, map_location: str | torch.device = "cpu") -> dict:

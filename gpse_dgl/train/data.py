@@ -534,7 +534,6 @@ def _save_cache(path: Path, fingerprint: str, collection: GraphCollection, split
     labels = {"graph_targets": collection.graph_targets, "num_nodes": collection.num_nodes,
               "num_edges": collection.num_edges, "split": split_of_graph,
               "info": torch.tensor(list(json.dumps(info).encode()), dtype=torch.uint8)}
-    path.parent.mkdir(parents=True, exist_ok=True)
     save_graphs_cached(str(path), [everything], labels, {"pretraining_data": fingerprint})
 
 

@@ -64,8 +64,11 @@ import torch.nn.functional as F
 from .. import _env  # noqa: F401
 from ..recipes import dump_recipe
 from ..utils.errors import CheckpointError, RecipeError
+from ..utils.io import atomic_write_text
 from . import checkpoint as ckpt
 from .metrics import HIGHER_IS_BETTER, score
+from .features import default_cache_dir
+from .rundir import RunDirectory, check_resumed_recipe
 from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
                       tqdm_write, write_json)
 
@@ -435,7 +438,7 @@ class RunState:
 def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[int] | None = None,
                      progress: bool = True, overwrite: bool = False, dataset=None,
                      log: Callable[[str], None] | None = None,
-                     on_epoch_end: Callable[[dict], None] | None = None) -> dict:
+                     on_epoch_end: Callable[[dict], None] | None = None, allow_recipe_change: bool = False) -> dict:
     """Train and evaluate a downstream model as ``recipe`` says; return the summary in ``results.json``.
 
     Parameters
@@ -451,7 +454,7 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
     progress : bool
         tqdm progress bars.
     overwrite : bool
-        Replace a job already in ``save_path``.
+        Replace a job already in ``save_path`` (kept until the new job's first epoch is saved; :mod:`.rundir`).
     dataset : GraphDataset, optional
         Use this dataset instead of loading ``data.name`` (e.g. one built in a script).
     log : callable, optional
@@ -460,6 +463,9 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
         Called with each epoch's record after its checkpoints (when due) are written; raising
         ``StopIteration`` ends the run early (it is then evaluated as usual), any other exception aborts
         the job.
+    allow_recipe_change : bool
+        With ``resume``: continue runs whose checkpoint has a recipe that differs in what changes the result
+        (recorded under ``recipe_changes`` in the summary).
 
     Returns
     -------
@@ -472,23 +478,32 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
     say = log or (tqdm_write if progress else (lambda message: None))
     general = recipe["general_pipeline"]
     root = Path(general["save_path"])
-    _check_job_directory(root, resume, overwrite)
-    seed_list = _seed_list(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
-    with torch_threads(general["num_threads"]):
-        device = resolve_device(recipe["device"])
-        prepared = prepare_data(recipe, dataset, device, progress, say)
-        say(f"data: {_describe(prepared)}")
-        plans = plan_runs(prepared.dataset, recipe, seed_list)
-        root.mkdir(parents=True, exist_ok=True)
-        (root / "recipe.yaml").write_text(dump_recipe(recipe), encoding="utf-8")
-        results, model_info = [], {}
-        for index, plan in enumerate(plans):
-            result, model_info = _run(recipe, prepared, plan, root / plan.name, device, resume, progress, say,
-                                      on_epoch_end, f"run {index + 1}/{len(plans)} {plan.name}")
-            results.append(result)
-        summary = _job_summary(recipe, prepared, results, model_info, root, started)
-    write_json(root / "results.json", summary)
+    with RunDirectory(root, JOB_OUTPUTS, overwrite and not resume, recipe["data"]["cache_dir"] or default_cache_dir(),
+                      allow_recipe_change) as rundir:
+        _check_job_directory(root, resume, overwrite)
+        seed_list = _seed_list(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
+        with torch_threads(general["num_threads"]):
+            device = resolve_device(recipe["device"])
+            prepared = prepare_data(recipe, dataset, device, progress, say)
+            say(f"data: {_describe(prepared)}")
+            plans = plan_runs(prepared.dataset, recipe, seed_list)
+            rundir.replace_previous()  # recipe valid, data ready: the old job may go aside now
+            atomic_write_text(root / "recipe.yaml", dump_recipe(recipe))
+            results, model_info = [], {}
+            for index, plan in enumerate(plans):
+                title = f"run {index + 1}/{len(plans)} {plan.name}"
+                result, model_info = _run(recipe, prepared, plan, root / plan.name, device, resume, progress, say,
+                                          rundir.commit_after(on_epoch_end), title, rundir)
+                results.append(result)
+            rundir.commit()  # also when no epoch ran (every run finished earlier)
+            summary = _job_summary(recipe, prepared, results, model_info, root, started)
+            summary["recipe_changes"] = rundir.recipe_changes
+        write_json(root / "results.json", summary)
     return summary
+
+
+# what a job writes into its directory (what --overwrite replaces): seed<S>[-fold<F>]/ per run
+JOB_OUTPUTS = ("recipe.yaml", "results.json", "seed*")
 
 
 def _seed_list(first: int, seeds) -> list[int]:
@@ -507,7 +522,7 @@ def _describe(prepared: Prepared) -> str:
 
 
 def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resume: bool, progress: bool, say,
-         on_epoch_end, title: str) -> tuple[dict, dict]:
+         on_epoch_end, title: str, rundir: RunDirectory | None = None) -> tuple[dict, dict]:
     """Train one run (or read it back when it already finished); return its result and model info."""
     torch.manual_seed(derive_seed(plan.seed, "init"))
     model, config = build_downstream_model(recipe, prepared)
@@ -524,7 +539,7 @@ def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resum
     state = RunState()
     last = run_dir / "last.pt"
     if resume and last.is_file():
-        state = _restore(last, recipe, plan, config, model, optimizer, scheduler)
+        state = _restore(last, recipe, plan, config, model, optimizer, scheduler, rundir)
         say(f"{title}: resuming after epoch {state.epoch}")
     trainer = _Trainer(recipe, prepared, plan, model, config, optimizer, scheduler, device, run_dir)
     status = trainer.fit(state, progress, title, on_epoch_end)
@@ -913,15 +928,15 @@ def _payload(model, optimizer, scheduler, recipe, plan: RunPlan, config, state: 
     }
 
 
-def _restore(path: Path, recipe, plan: RunPlan, config, model, optimizer, scheduler) -> RunState:
+def _restore(path: Path, recipe, plan: RunPlan, config, model, optimizer, scheduler,
+             rundir: RunDirectory | None = None) -> RunState:
     payload = ckpt.load_checkpoint(path, required=("format", "model_state", "model_config", "epoch"))
     if payload["format"] != FORMAT:
         raise CheckpointError(f"{path}: not a gpse-dgl downstream checkpoint (format {payload['format']!r})")
-    saved = payload.get("recipe", {})
-    for section in ("seed", "data", "model"):
-        if saved.get(section) != recipe[section]:
-            raise CheckpointError(f"{path}: was written by a different recipe ({section} differs); resume with "
-                                  f"the same data, model and seed, or use another save_path")
+    allowed = rundir is not None and rundir.allow_recipe_change
+    changes = check_resumed_recipe(path, payload.get("recipe", {}), recipe, allowed)
+    if rundir is not None:
+        rundir.recipe_changes += [f"{plan.name}: {change}" for change in changes]
     if payload.get("run") != {"seed": plan.seed, "repeat": plan.repeat, "fold": plan.fold}:
         raise CheckpointError(f"{path}: belongs to run {payload.get('run')}, not {plan.name}")
     try:
@@ -944,10 +959,6 @@ def _check_job_directory(root: Path, resume: bool, overwrite: bool) -> None:
     if existing and not resume and not overwrite:
         raise CheckpointError(f"{root} already holds a run; pass --resume to continue it, --overwrite to "
                               f"replace it, or choose another --out")
-    if existing and overwrite and not resume:
-        for stale in list(root.glob("*/last.pt")) + list(root.glob("*/best.pt")) + list(root.glob("*/result.json")) \
-                + list(root.glob("*/tensorboard/events.out.tfevents.*")) + [root / "results.json"]:
-            stale.unlink(missing_ok=True)
 
 
 # ----------------------------------------------------------------------------------------------

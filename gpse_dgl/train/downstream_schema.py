@@ -29,7 +29,9 @@ from typing import Any, Iterable, Mapping
 
 
 from ..recipes import Field, apply_overrides, key_origin, read_recipe_file, validate_recipe
+from ..utils.devices import check_device_name
 from ..utils.errors import RecipeError
+from ..utils.text import did_you_mean
 
 __all__ = ["DOWNSTREAM_SCHEMA", "PE_SOURCES", "load_downstream_recipe", "validate_downstream_recipe",
            "default_downstream_recipe"]
@@ -40,12 +42,7 @@ _NODE_ENCODERS = ("auto", "atom", "type", "linear", "constant")
 _EDGE_ENCODERS = ("auto", "bond", "type", "linear", "constant")
 
 
-def _device_string(value: str) -> str | None:
-    import re
-
-    if re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
-        return None
-    return f"expected 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps', got {value!r}"
+_device_string = check_device_name
 
 
 def _positive_ints(values: list) -> str | None:
@@ -231,15 +228,16 @@ def default_downstream_recipe() -> dict:
 def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> None:
     data, model = recipe["data"], recipe["model"]
     if not _dataset_known(data["name"]):
-        raise RecipeError(f"{source}: {_where(raw, 'data.name')}: unknown dataset {data['name']!r}; "
-                          f"choose from {', '.join(_known_datasets())}")
+        known = _known_datasets()
+        raise RecipeError(f"{source}: {_where(raw, 'data.name')}: unknown dataset {data['name']!r}"
+                          f"{did_you_mean(data['name'], known)}; choose from {', '.join(known)}")
     if data["name"].strip().lower() in ("csv", "dgl-bin", "dgl-csv") and not data["path"]:
         raise RecipeError(f"{source}: data.path: data.name {data['name']} reads the file or directory given "
                           "by data.path, which is not set")
     models = _known_models()
     if models is not None and model["name"].lower() not in models:
-        raise RecipeError(f"{source}: {_where(raw, 'model.name')}: unknown model {model['name']!r}; "
-                          f"choose from {', '.join(models)}")
+        raise RecipeError(f"{source}: {_where(raw, 'model.name')}: unknown model {model['name']!r}"
+                          f"{did_you_mean(model['name'], models)}; choose from {', '.join(models)}")
     if model["pe"]["source"] != "none" and model["pe"]["dim_pe"] > model["dim_hidden"]:
         raise RecipeError(f"{source}: {_where(raw, 'model.pe.dim_pe')}: {model['pe']['dim_pe']} is larger "
                           f"than model.dim_hidden ({model['dim_hidden']})")

@@ -34,11 +34,17 @@ import torch
 from .. import _env  # noqa: F401
 from ..recipes import dump_recipe
 from ..utils.errors import CheckpointError
+from ..utils.io import atomic_write_text
 from . import checkpoint as ckpt
-from .data import PretrainingData, build_pretraining_data, describe_sizes
+from .data import PretrainingData, build_pretraining_data, default_cache_dir, describe_sizes
 from .metrics import R2Accumulator
+from .rundir import RunDirectory, check_resumed_recipe
 from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
                       tqdm_write, write_json)
+
+
+# what a run writes into its directory (what --overwrite replaces)
+RUN_OUTPUTS = ("best.pt", "last.pt", "metrics.json", "recipe.yaml", "tensorboard")
 
 
 @dataclass(frozen=True)
@@ -79,11 +85,12 @@ class TrainState:
     best_metric: float = -math.inf
     best_epoch: int = -1
     history: list = field(default_factory=list)
+    recipe_changes: list = field(default_factory=list)  # accepted by --resume --allow-recipe-change
 
 
 def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrite: bool = False,
              log: Callable[[str], None] | None = None,
-             on_epoch_end: Callable[[dict], None] | None = None) -> dict:
+             on_epoch_end: Callable[[dict], None] | None = None, allow_recipe_change: bool = False) -> dict:
     """Pretrain GPSE as ``recipe`` says; return the summary also written to ``metrics.json``.
 
     Parameters
@@ -95,7 +102,8 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
     progress : bool
         Show tqdm progress bars.
     overwrite : bool
-        Start afresh even if ``save_path`` already holds a run (its checkpoints are replaced).
+        Start afresh even if ``save_path`` already holds a run; the old run is kept until the new one has
+        written its first checkpoint, and restored if the new one fails before (:mod:`.rundir`).
     log : callable
         Receives one-line status messages (default: ``tqdm.write``, or nothing when
         ``progress`` is False).
@@ -103,18 +111,22 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
         Called with the epoch's record (``epoch``, ``lr``, ``train``, ``val``, ``seconds``) after its
         checkpoints are written; raise ``StopIteration`` in it to end training early (the best
         checkpoint is then evaluated as usual). Any other exception aborts the run.
+    allow_recipe_change : bool
+        With ``resume``: continue even if the recipe changes the result (recorded in ``metrics.json``).
     """
     started = time.perf_counter()
     log = log or (tqdm_write if progress else (lambda message: None))
     general = recipe["general_pipeline"]
     paths = RunPaths(Path(general["save_path"]))
-    _check_run_directory(paths, resume, overwrite)
-    with torch_threads(general["num_threads"]):
-        return _run(recipe, paths, resume, progress, log, started, on_epoch_end)
+    cache_dir = recipe["data"]["cache_dir"] or default_cache_dir()
+    with RunDirectory(paths.root, RUN_OUTPUTS, overwrite and not resume, cache_dir, allow_recipe_change) as rundir:
+        _check_run_directory(paths, resume, overwrite)
+        with torch_threads(general["num_threads"]):
+            return _run(recipe, paths, resume, progress, log, started, rundir.commit_after(on_epoch_end), rundir)
 
 
 def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, started: float,
-         on_epoch_end) -> dict:
+         on_epoch_end, rundir: RunDirectory) -> dict:
     general = recipe["general_pipeline"]
     device = resolve_device(recipe["device"])
     data = build_pretraining_data(recipe["data"], progress=progress, log=log)
@@ -127,13 +139,13 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     scheduler = build_scheduler(optimizer, general, steps_per_epoch)
     state = TrainState()
     if resume:
-        state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler)
+        state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler, rundir.allow_recipe_change)
         # the restored schedule object carries the checkpoint's lengths: take the recipe's (which may
         # have changed, e.g. more epochs) or the fitted one
         set_schedule_length(scheduler, general, steps_per_epoch, state.num_epochs or general["num_epochs"])
         log(f"resume: {paths.last} after epoch {state.epoch}")
-    paths.root.mkdir(parents=True, exist_ok=True)
-    paths.recipe.write_text(dump_recipe(recipe), encoding="utf-8")
+    rundir.replace_previous()  # recipe valid, data and model ready: the old run may go aside now
+    atomic_write_text(paths.recipe, dump_recipe(recipe))
     log(f"model: {num_parameters(model):,} parameters on {device}; {steps_per_epoch} steps per epoch")
 
     eval_batch_size = general["eval_batch_size"] or general["batch_size"]
@@ -470,6 +482,7 @@ class _Run:
             "best_metric": state.best_metric,
             "best_epoch": state.best_epoch,
             "history": json_safe(state.history),
+            "recipe_changes": list(state.recipe_changes),
             "node_targets": list(data.node_names),
             "graph_targets": list(data.graph_names),
             # graph head outputs are z-scores when set: raw value = output * std + mean
@@ -509,6 +522,7 @@ class _Run:
                       "tensorboard": str(paths.tensorboard), "recipe": str(paths.recipe)},
             "history": [{**r, "val": _drop_columns(r["val"])} if r.get("val") else r
                         for r in state.history],
+            "recipe_changes": list(state.recipe_changes),
             "recipe": self.recipe,
         }
 
@@ -558,9 +572,10 @@ def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, 
 # checkpoints and resuming
 
 
-def _restore(path: Path, recipe, model_config, model, optimizer, scheduler) -> TrainState:
+def _restore(path: Path, recipe, model_config, model, optimizer, scheduler,
+             allow_recipe_change: bool = False) -> TrainState:
     payload = ckpt.load_pretrain_checkpoint(path)
-    _check_same_run(path, payload, recipe, model_config)
+    changes = _check_same_run(path, payload, recipe, model_config, allow_recipe_change)
     try:
         model.load_state_dict(payload["model_state"])
         optimizer.load_state_dict(payload["optimizer_state"])
@@ -570,11 +585,13 @@ def _restore(path: Path, recipe, model_config, model, optimizer, scheduler) -> T
         raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None
     fitted = payload.get("fitted_num_epochs")
     return TrainState(int(payload["epoch"]), None if fitted is None else int(fitted),
-                      float(payload["best_metric"]), int(payload["best_epoch"]), list(payload["history"]))
+                      float(payload["best_metric"]), int(payload["best_epoch"]), list(payload["history"]),
+                      list(payload.get("recipe_changes", [])) + changes)
 
 
-def _check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict) -> None:
-    """Resuming is only meaningful with the same data, model and seed."""
+def _check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict,
+                    allow_recipe_change: bool = False) -> list[str]:
+    """Resuming is only meaningful with the same data, model, seed and schedule; return the changes allowed."""
     saved = payload.get("recipe", {})
     try:  # fill in keys added to the schema since the checkpoint was written, at their defaults
         from ..recipes import validate_recipe
@@ -582,14 +599,11 @@ def _check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict)
         saved = validate_recipe(saved, source=str(path))
     except Exception:  # noqa: BLE001 - an unreadable old recipe is compared as stored
         pass
-    for section in ("seed", "data", "model"):
-        if saved.get(section) != recipe[section]:
-            difference = _first_difference(saved.get(section), recipe[section], section)
-            raise CheckpointError(f"{path}: was written by a different recipe ({difference}); resume "
-                                  f"with the same data, model and seed, or use another save_path")
+    changes = check_resumed_recipe(path, saved, recipe, allow_recipe_change)
     if payload["model_config"] != model_config:
         difference = _first_difference(payload["model_config"], model_config, "model_config")
         raise CheckpointError(f"{path}: model differs from the checkpoint's ({difference})")
+    return changes
 
 
 def _first_difference(old, new, prefix: str) -> str:
@@ -607,12 +621,6 @@ def _check_run_directory(paths: RunPaths, resume: bool, overwrite: bool) -> None
     if not resume and not overwrite and paths.last.exists():
         raise CheckpointError(f"{paths.root} already holds a run ({paths.last.name}); pass --resume "
                               f"to continue it, --overwrite to replace it, or choose another --out")
-    if overwrite and not resume:
-        for stale in (paths.best, paths.last, paths.metrics):
-            stale.unlink(missing_ok=True)
-        if paths.tensorboard.is_dir():
-            for event_file in paths.tensorboard.glob("events.out.tfevents.*"):
-                event_file.unlink()
 
 
 # ----------------------------------------------------------------------------------------------

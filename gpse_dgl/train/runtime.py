@@ -9,28 +9,22 @@ import json
 import math
 import os
 import zlib
-from pathlib import Path
 
 import numpy as np
 import torch
 
-from ..utils.errors import RecipeError
+from ..utils import devices
+from ..utils.io import atomic_write_text
+from ..utils.progress import progress
 
 __all__ = ["resolve_device", "derive_seed", "torch_threads", "progress_bar", "tqdm_write", "first_line",
            "json_safe", "write_json"]
 
 
 def resolve_device(name: str) -> torch.device:
-    """``"auto"`` -> cuda when available, else cpu; other names are checked to exist."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise RecipeError(f"device: {name!r} requested but CUDA is not available here")
-    if device.type == "mps" and not (getattr(torch.backends, "mps", None)
-                                     and torch.backends.mps.is_available()):
-        raise RecipeError(f"device: {name!r} requested but MPS is not available here")
-    return device
+    """``"auto"`` -> cuda when available, else cpu; other names are checked to exist
+    (:func:`gpse_dgl.utils.devices.resolve_device` for the recipe's ``device`` key)."""
+    return devices.resolve_device(name, where="device")
 
 
 def derive_seed(seed: int, *keys) -> int:
@@ -55,19 +49,18 @@ def torch_threads(num_threads: int | None):
 
 
 def progress_bar(iterable, enabled: bool, **kwargs):
-    """A tqdm bar over ``iterable`` when ``enabled``, else ``iterable`` itself."""
-    if not enabled:
-        return iterable
-    from tqdm.auto import tqdm
-
-    return tqdm(iterable, dynamic_ncols=True, **kwargs)
+    """:func:`gpse_dgl.utils.progress.progress` over ``iterable`` (a bar on a terminal, else a few lines)."""
+    return progress(iterable, enabled=enabled, **kwargs)
 
 
 def tqdm_write(message: str) -> None:
-    """Print a line without breaking an active progress bar."""
+    """Print a line without breaking an active progress bar (flushed: a log file shows it at once)."""
+    import sys
+
     from tqdm.auto import tqdm
 
     tqdm.write(message)
+    sys.stdout.flush()
 
 
 def first_line(exc: BaseException) -> str:
@@ -95,9 +88,5 @@ def json_safe(value):
 
 
 def write_json(path: str | os.PathLike, value) -> None:
-    """Write ``json_safe(value)`` to ``path`` atomically (temporary file, then ``os.replace``)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
-    tmp.write_text(json.dumps(json_safe(value), indent=1, allow_nan=False), encoding="utf-8")
-    os.replace(tmp, path)
+    """Write ``json_safe(value)`` to ``path`` atomically (:func:`gpse_dgl.utils.io.atomic_write_text`)."""
+    atomic_write_text(path, json.dumps(json_safe(value), indent=1, allow_nan=False))

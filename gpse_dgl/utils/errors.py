@@ -2,7 +2,13 @@
 
 
 class GPSEError(Exception):
-    """Base class: the CLI prints ``error: <message>`` and exits with status 2, no traceback."""
+    """Base class: the CLI prints ``gpse-dgl: error: <message>`` and exits with ``exit_code``, no traceback.
+
+    Status 2 means the input or the command line was wrong (fix it and run again); subclasses for
+    failures during a run set 1.
+    """
+
+    exit_code = 2
 
 
 class DatasetNotFoundError(GPSEError, FileNotFoundError):
@@ -19,3 +25,13 @@ class CheckpointError(GPSEError, ValueError):
 
 class GraphTooLargeError(GPSEError, MemoryError):
     """A computation would need more memory than its configured limit (message names the limit)."""
+
+
+class InputDataError(GPSEError, ValueError):
+    """Input graphs or values the computation cannot use: none at all, no nodes, NaN or Inf."""
+
+
+class RunFailedError(GPSEError):
+    """A run failed after it started (not a usage error): the CLI exits with status 1."""
+
+    exit_code = 1
