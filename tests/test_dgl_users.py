@@ -121,7 +121,7 @@ def test_cli_encodes_dgl_datasets_end_to_end(tmp_path, checkpoint, model, capsys
     code, text = _run(["encode", "--dataset", "dgl:TUDataset:MUTAG", "--checkpoint", str(checkpoint),
                        "--out", str(tmp_path / "x.bin")], capsys)
     last = text.strip().splitlines()[-1]
-    assert code == 2 and last.startswith("error: dgl:TUDataset:MUTAG: ") and "MUTAG.zip" in last
+    assert code == 2 and last.startswith("gpse-dgl: error: dgl:TUDataset:MUTAG: ") and "MUTAG.zip" in last
 
 
 def test_csv_dir_loads_graph_and_node_labels():

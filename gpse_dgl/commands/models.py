@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from . import output_options
+
 
 def _status(spec) -> str:
     from ..encode.models import model_path
@@ -15,6 +17,7 @@ def _status(spec) -> str:
 
 @click.group("models", invoke_without_command=True)
 @click.pass_context
+@output_options
 def command(ctx):
     """List pretrained GPSE models: name, size, training data, held-out R^2, source, whether on disk.
 
@@ -48,6 +51,7 @@ def command(ctx):
               help="Install into this folder instead of the models cache (names then do not find it).")
 @click.option("--timeout", type=click.FloatRange(min=1.0), default=60.0, show_default=True,
               help="Seconds to wait for the server.")
+@output_options
 def fetch(name, url, directory, timeout):
     """Download a registered model, verify that it loads as that GPSE, and keep it in the cache.
 

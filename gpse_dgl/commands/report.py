@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from . import output_options
+
 
 @click.command("report")
 @click.argument("run_dir", required=False, type=click.Path(file_okay=False))
@@ -16,6 +18,7 @@ import click
               help="With --checkpoint: a seeded subset of this many graphs before the split.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="With --checkpoint: the folder the report goes into (a run's goes into RUN_DIR).")
+@output_options
 def command(run_dir, checkpoint, dataset, root, max_graphs, out_dir):
     """Write report.html (self-contained: images embedded) and its PNGs.
 
