@@ -50,6 +50,8 @@ def command(recipe, overrides, resume, overwrite, device, out_dir, no_progress):
     progress = not no_progress
     summary = pretrain(validated, resume=resume, progress=progress, overwrite=overwrite,
                        log=None if progress else click.echo)
+    if summary.get("rank"):  # under torchrun rank 0 alone reports
+        return
     paths = summary["paths"]
     click.echo("")
     click.echo(f"finished: {summary['status']}; {summary['epochs_completed']} epochs, best epoch "
