@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 
 import click
@@ -140,11 +141,22 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     if fanouts is not None and not sampled:
         raise click.UsageError("--fanouts only applies with --sampled")
 
-    import dgl
-
-    from ..encode import describe_checkpoint, encode_dataset, load_gpse
+    from ..utils.distributed import local_device, process_group
 
     device = _check_device(device)
+    with process_group("auto", device) as ctx:  # under torchrun: each process encodes its share
+        quiet = contextlib.nullcontext() if ctx.is_main else contextlib.redirect_stderr(open(os.devnull, "w"))
+        with quiet:  # rank 0 alone reports
+            _encode(local_device(device, ctx), ctx.is_main, checkpoint, dataset, input_path, smiles, root,
+                    out_path, batch_size, seed, samples, sampled, fanouts, directed)
+
+
+def _encode(device, is_main, checkpoint, dataset, input_path, smiles, root, out_path, batch_size, seed, samples,
+            sampled, fanouts, directed):
+    import dgl
+
+    from ..encode import describe_checkpoint, load_gpse
+    from ..encode.sharded import encode_dataset_sharded
 
     with _silenced("gpse_dgl.encode"):  # the line below says the same, once
         model = load_gpse(checkpoint, device=device)
@@ -158,11 +170,13 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
 
     start = time.perf_counter()
     sizes = {"sample_batch_size": batch_size} if sampled else {"batch_size": batch_size}
-    encode_dataset(model, graphs, seed=seed, samples=samples, device=device, undirected=not directed,
-                   sampled=sampled, fanouts=fanouts, store="gpse", progress=True,
-                   **{k: v for k, v in sizes.items() if v is not None})
+    encode_dataset_sharded(model, graphs, seed=seed, samples=samples, device=device, undirected=not directed,
+                           sampled=sampled, fanouts=fanouts, store="gpse", progress=True,
+                           **{k: v for k, v in sizes.items() if v is not None})
     elapsed = max(time.perf_counter() - start, 1e-9)
 
+    if not is_main:  # rank 0 holds every encoding and alone writes the file
+        return
     dgl.save_graphs(str(out_path), graphs, labels or None)
     rate = f"{num_nodes / elapsed:,.0f} nodes/s"
     if len(graphs) > 1:

@@ -24,8 +24,14 @@ True
 """
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import nn
+
+# torch >= 2.6 marks the autograd-aware collectives deprecated without a drop-in replacement that
+# back-propagates; they are what this module needs
+warnings.filterwarnings("ignore", message=r"torch\.distributed\.nn\.functional\.all_reduce is deprecated")
 
 __all__ = ["SyncBatchNorm1d", "convert_sync_batchnorm"]
 

@@ -98,10 +98,14 @@ def data_parallel(model: torch.nn.Module, ctx: Context, device: torch.device, sy
             from ..nn.sync_batchnorm import convert_sync_batchnorm
 
             convert_sync_batchnorm(model)
+    import warnings
+
     from torch.nn.parallel import DistributedDataParallel
 
-    return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
-                                   broadcast_buffers=not sync_batchnorm)
+    with warnings.catch_warnings():  # broadcast_buffers: deprecated in new torch, the only way in torch 2.1
+        warnings.filterwarnings("ignore", message=".*broadcast_buffers", category=FutureWarning)
+        return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,
+                                       broadcast_buffers=not sync_batchnorm)
 
 
 def gather_batch(*tensors):
