@@ -35,7 +35,7 @@ import torch
 from ..utils.distributed import Context, gather_rows, per_rank_batch_size, shard_range
 
 __all__ = ["BatchShare", "num_global_batches", "global_batches", "sharded_batches", "data_parallel",
-           "gather_batch", "backward"]
+           "gather_batch", "backward", "NoWriter"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,7 @@ def num_global_batches(num_graphs: int, batch_size: int, ctx: Context) -> int:
 
 def global_batches(order: torch.Tensor, batch_size: int, ctx: Context):
     """Positions (into ``order``'s collection) of every global batch this epoch, in order."""
+    per_rank_batch_size(batch_size, ctx.world_size)
     for index in range(num_global_batches(len(order), batch_size, ctx)):
         yield order[index * batch_size:(index + 1) * batch_size]
 
@@ -77,7 +78,6 @@ def sharded_batches(collection, batch_size: int, generator: torch.Generator, ctx
     """``(graph, node targets, graph targets, share)`` of this rank for every global batch of a
     :class:`~gpse_dgl.train.data.GraphCollection`, in the order ``collection.batches(batch_size,
     generator, shuffle=True)`` draws (the same batches in one process)."""
-    per_rank_batch_size(batch_size, ctx.world_size)
     order = torch.randperm(len(collection), generator=generator)
     for members in global_batches(order, batch_size, ctx):
         share = BatchShare.of(collection.num_nodes[members], ctx)
@@ -111,6 +111,16 @@ def data_parallel(model: torch.nn.Module, ctx: Context, device: torch.device, sy
 def gather_batch(*tensors):
     """Every rank's rows of each tensor, concatenated in rank order (``None`` stays ``None``)."""
     return tuple(None if t is None else gather_rows(t) for t in tensors)
+
+
+class NoWriter:
+    """TensorBoard writer of the ranks other than 0: writes nothing."""
+
+    def add_scalar(self, *args, **kwargs) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def backward(loss: torch.Tensor, ctx: Context) -> None:

@@ -151,7 +151,7 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     from torch.utils.tensorboard import SummaryWriter
 
     writer = (SummaryWriter(str(paths.tensorboard), purge_step=state.epoch * steps_per_epoch + 1)
-              if ctx.is_main else _NoWriter())
+              if ctx.is_main else data_parallel.NoWriter())
     run = _Run(recipe, data, model, model_config, optimizer, scheduler, state, eval_batches, paths,
                writer, device, progress, log, started, ctx,
                data_parallel.data_parallel(model, ctx, device, general["sync_batchnorm"]))
@@ -561,16 +561,6 @@ def _loss(node_pred, node_true, graph_pred, graph_true, batch_num_nodes, options
     # counts such as num_pairs are not losses: keep only the loss terms for logging
     return loss, {f"loss_{name}": value for name, value in (parts or {}).items()
                   if not name.startswith("num_")}
-
-
-class _NoWriter:
-    """TensorBoard writer of ranks other than 0: writes nothing."""
-
-    def add_scalar(self, *args, **kwargs) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def _scalar(value) -> float:
