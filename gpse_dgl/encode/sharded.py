@@ -71,13 +71,10 @@ def encode_dataset_sharded(model, graphs: Sequence, store: str | None = None, pr
     elif len(graphs) == 1:
         out = encode_dataset(model, graphs, progress=progress, **options) if ctx.is_main else None
     else:
-        import torch.distributed as dist
-
-        start, stop = balanced_ranges([g.num_nodes() for g in graphs], ctx.world_size)[ctx.rank]
+        ranges = balanced_ranges([g.num_nodes() for g in graphs], ctx.world_size)
+        start, stop = ranges[ctx.rank]
         mine = encode_dataset(model, graphs[start:stop], progress=progress, **options) if stop > start else []
-        parts = [None] * ctx.world_size if ctx.is_main else None
-        dist.gather_object(mine, parts, dst=0)
-        out = [enc for part in parts for enc in part] if ctx.is_main else None
+        out = _gather_on_main(mine, graphs, ranges, _encoder(model).dim_hidden, ctx)
     if not ctx.is_main:
         return None
     if store:
@@ -91,3 +88,23 @@ def _layer_by_layer(model, graph, options: dict) -> bool:
     device = options.get("device") or _model_device(model)
     return forward_bytes(graph, _encoder(model).dim_hidden, device) > options.get("max_forward_bytes",
                                                                                 MAX_FORWARD_BYTES)
+
+
+def _gather_on_main(mine: list, graphs: list, ranges: list, dim: int, ctx) -> list | None:
+    """Every rank's encodings (one ``(n_i, dim)`` tensor per graph of its range) on rank 0, in graph
+    order; one padded tensor per rank travels (a pickled list of tensors is many times slower)."""
+    import torch
+    import torch.distributed as dist
+
+    sizes = [g.num_nodes() for g in graphs]
+    rows = [sum(sizes[a:b]) for a, b in ranges]
+    # nccl moves CUDA tensors only
+    device = torch.device("cuda", torch.cuda.current_device()) if ctx.backend == "nccl" else torch.device("cpu")
+    local = torch.zeros(max(rows), dim, device=device)
+    if mine:
+        local[:rows[ctx.rank]] = torch.cat(mine).to(device)
+    pieces = [torch.empty_like(local) for _ in ranges] if ctx.is_main else None
+    dist.gather(local, pieces, dst=0)
+    if not ctx.is_main:
+        return None
+    return list(torch.cat([piece[:count] for piece, count in zip(pieces, rows)]).cpu().split(sizes))

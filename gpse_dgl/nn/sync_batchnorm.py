@@ -56,7 +56,7 @@ class SyncBatchNorm1d(nn.BatchNorm1d):
         centred = x - mean
         var = all_reduce((centred * centred).sum(0)) / count
         if self.track_running_stats and self.running_mean is not None:
-            self._update_running_stats(mean.detach(), var.detach(), float(count))
+            self._update_running_stats(mean.detach(), var.detach(), float(count.detach()))
         y = centred * torch.rsqrt(var + self.eps)
         if self.affine:
             y = y * self.weight + self.bias
