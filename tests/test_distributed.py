@@ -238,3 +238,25 @@ def test_torchrun_itself_runs_the_cli(tmp_path):
     reference, _ = dgl.load_graphs(str(out))
     expected = encode_dataset(load_gpse(None), reference, progress=False)
     assert all(torch.equal(g.ndata["gpse"], e) for g, e in zip(graphs, expected))
+
+
+@pytest.mark.slow
+def test_two_processes_train_a_downstream_model_like_one(tmp_path):
+    """CSL with GIN, no BatchNorm, no dropout: 2 processes give 1 process's losses and weights."""
+    from gpse_dgl.train.checkpoint import load_checkpoint
+    from gpse_dgl.train.downstream import train_downstream
+    from gpse_dgl.train.downstream_schema import load_downstream_recipe
+
+    settings = ["model.pe.source=RWSE", "model.dim_hidden=32", "model.pe.dim_pe=32", "model.batchnorm=false",
+                "model.pe.batchnorm=false", "general_pipeline.num_epochs=2", "data.max_folds=1",
+                f"data.cache_dir={tmp_path / 'cache'}", "general_pipeline.num_threads=1", "device=cpu"]
+    recipe = REPO / "recipes/downstream/csl.yaml"
+    train_downstream(load_downstream_recipe(recipe, [*settings, f"general_pipeline.save_path={tmp_path / 'one'}"]),
+                     progress=False)
+    finish(launch(["-m", "gpse_dgl", "train", str(recipe), "--no-progress", "--out", str(tmp_path / "two"),
+                   *[arg for setting in settings for arg in ("--set", setting)]]))
+    one, two = (load_checkpoint(tmp_path / name / "seed0-fold0" / "last.pt") for name in ("one", "two"))
+    for key, tensor in one["model_state"].items():
+        torch.testing.assert_close(two["model_state"][key].float(), tensor.float(), atol=1e-4, rtol=1e-4)
+    assert [r["train"]["loss"] for r in two["history"]] == pytest.approx(
+        [r["train"]["loss"] for r in one["history"]], rel=1e-5)

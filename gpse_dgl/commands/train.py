@@ -46,6 +46,8 @@ def command(recipe, overrides, seeds, resume, overwrite, device, out_dir, no_pro
     progress = not no_progress
     summary = train_downstream(validated, resume=resume, seeds=seeds, progress=progress, overwrite=overwrite,
                                log=None if progress else click.echo)
+    if summary.get("rank"):  # under torchrun rank 0 alone reports
+        return
     click.echo("")
     click.echo(f"finished: {summary['status']}; {summary['dataset']} with PE {summary['pe_source']}, "
                f"{summary['num_runs']} run(s), {summary['model']['num_parameters']:,} parameters, "
