@@ -25,6 +25,8 @@ VERBS = {
     "models": "models",
     "report": "report",
 }
+# verbs whose work is shared out among torchrun's processes (docs/DISTRIBUTED.md)
+SHARDED_VERBS = ("pretrain", "train", "encode")
 
 
 class LazyGroup(click.Group):
@@ -36,6 +38,10 @@ class LazyGroup(click.Group):
     def get_command(self, ctx, name):
         if name not in VERBS:
             return None
+        if name not in SHARDED_VERBS:
+            from .utils.distributed import refuse_under_torchrun
+
+            refuse_under_torchrun(name, SHARDED_VERBS)
         try:
             module = importlib.import_module(f"gpse_dgl.commands.{VERBS[name]}")
         except ModuleNotFoundError as exc:

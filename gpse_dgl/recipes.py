@@ -171,6 +171,10 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                                    "in time_limit_minutes at the speed measured so far, so the "
                                    "schedule decays fully on a slower machine (the number chosen is "
                                    "logged and stored in metrics.json)"),
+        "distributed": Field("choice", "auto", "under torchrun: process-group backend; auto = nccl on "
+                             "CUDA, gloo on CPU", choices=("auto", "gloo", "nccl")),
+        "sync_batchnorm": Field("bool", False, "under torchrun: BatchNorm statistics over the global "
+                                "batch instead of each process's share"),
     },
 }
 

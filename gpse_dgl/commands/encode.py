@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
 
 import click
@@ -128,15 +129,27 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
     if smiles_column is not None and smiles is None:
         raise click.UsageError("--smiles-column only applies with --smiles")
 
-    from ..encode import describe_checkpoint, encode_dataset, load_gpse
     from ..utils.devices import resolve_device
+    from ..utils.distributed import local_device, process_group
     from ..utils.preflight import check_output_file
+
+    device = resolve_device(device)
+    check_output_file(out_path, "--out")
+    with process_group("auto", device) as ctx:  # under torchrun: each process encodes its share
+        quiet = contextlib.nullcontext() if ctx.is_main else contextlib.redirect_stderr(open(os.devnull, "w"))
+        with quiet:  # rank 0 alone reports
+            _encode(local_device(device, ctx), ctx.is_main, checkpoint, dataset, input_path, smiles, smiles_column,
+                    root, out_path, batch_size, seed, samples, sampled, fanouts, directed)
+
+
+def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, batch_size,
+            seed, samples, sampled, fanouts, directed):
+    from ..encode import describe_checkpoint, load_gpse
+    from ..encode.sharded import encode_dataset_sharded
     from ..utils.progress import is_quiet
     from ..utils.text import plural
     from .graph_io import check_input_graphs, write_graph_file
 
-    device = resolve_device(device)
-    check_output_file(out_path, "--out")
     say = (lambda message: None) if is_quiet() else (lambda message: click.echo(message, err=True))
 
     graphs, labels, description = _load_graphs(dataset, input_path, smiles, root, smiles_column)
@@ -149,12 +162,13 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
 
     start = time.perf_counter()
     sizes = {"sample_batch_size": batch_size} if sampled else {"batch_size": batch_size}
-    encode_dataset(model, graphs, seed=seed, samples=samples, device=device, undirected=not directed,
-                   sampled=sampled, fanouts=fanouts, store="gpse", progress=not is_quiet(),
-                   **{k: v for k, v in sizes.items() if v is not None})
+    encode_dataset_sharded(model, graphs, seed=seed, samples=samples, device=device, undirected=not directed,
+                           sampled=sampled, fanouts=fanouts, store="gpse", progress=not is_quiet(),
+                           **{k: v for k, v in sizes.items() if v is not None})
     elapsed = max(time.perf_counter() - start, 1e-9)
+    if not is_main:  # rank 0 holds every encoding and alone checks and writes them
+        return
     _check_finite_encodings(graphs)
-
     write_graph_file(out_path, graphs, labels)
     rate = f"{num_nodes / elapsed:,.0f} nodes/s"
     if len(graphs) > 1:

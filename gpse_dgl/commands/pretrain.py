@@ -52,6 +52,8 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
     summary = pretrain(validated, resume=resume, progress=progress, overwrite=overwrite,
                        log=(lambda message: None) if is_quiet() else None if progress else click.echo,
                        allow_recipe_change=allow_recipe_change)
+    if summary.get("rank"):  # under torchrun rank 0 alone reports
+        return
     paths = summary["paths"]
     click.echo("")
     click.echo(f"finished: {summary['status']}; {plural(summary['epochs_completed'], 'epoch')}, best epoch "

@@ -55,6 +55,8 @@ def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, de
     summary = train_downstream(validated, resume=resume, seeds=seeds, progress=progress, overwrite=overwrite,
                                log=(lambda message: None) if is_quiet() else None if progress else click.echo,
                                allow_recipe_change=allow_recipe_change)
+    if summary.get("rank"):  # under torchrun rank 0 alone reports
+        return
     click.echo("")
     click.echo(f"finished: {summary['status']}; {summary['dataset']} with PE {summary['pe_source']}, "
                f"{plural(summary['num_runs'], 'run')}, {summary['model']['num_parameters']:,} parameters, "

@@ -203,12 +203,15 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
 
 def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
                  samples: int = 1, device=None, undirected: bool = True,
-                 chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: bool = False) -> torch.Tensor:
+                 chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: bool = False,
+                 shard: bool = False) -> torch.Tensor:
     """Exact encodings of a large graph with bounded memory (layer by layer over node chunks).
 
     Same result as :func:`encode` up to float rounding, holding only the current layer's state (see
     :mod:`gpse_dgl.encode.large_graph`). Parameters as in :func:`encode`, plus ``chunk_edges`` (most
-    edge gates held at once) and ``progress`` (a bar over layers).
+    edge gates held at once), ``progress`` (a bar over layers) and ``shard`` (under torchrun: every
+    rank calls it with the same graph and computes its share of every layer; see
+    :func:`~gpse_dgl.encode.large_graph.layerwise_forward`).
 
     Examples
     --------
@@ -220,7 +223,8 @@ def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: in
     torch.Size([500, 8])
     """
     with _large_graph_inference(model, g, x, seed, samples, device, undirected) as (weights, prepared, draws):
-        return _average(layerwise_forward(weights, prepared, xk, chunk_edges=chunk_edges, progress=progress).cpu()
+        return _average(layerwise_forward(weights, prepared, xk, chunk_edges=chunk_edges, progress=progress,
+                                          shard=shard).cpu()
                         for xk in draws)
 
 

@@ -132,7 +132,8 @@ def _progress(iterable, enabled: bool, **kwargs):
 
 @torch.no_grad()
 def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
-                      chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: bool = False) -> torch.Tensor:
+                      chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: bool = False,
+                      shard: bool = False) -> torch.Tensor:
     """Exact GPSE encodings of every node of ``g``, one layer at a time over destination-node chunks.
 
     Parameters
@@ -148,6 +149,11 @@ def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
         ``chunk_edges x d`` floats).
     progress : bool
         Show a progress bar over layers.
+    shard : bool
+        Under torchrun (a joined process group), every rank updates a contiguous range of the chunks
+        (about ``1 / world_size`` of the edges) and the ranks exchange their rows of ``h`` after every
+        layer (:func:`_exchange_rows`); each chunk is computed as in one process, so the result is the
+        same. Every rank calls this with the same graph and features and gets the whole result.
 
     Returns
     -------
@@ -159,6 +165,7 @@ def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
     src, dst, total = virtual_node_edges(g, weights.virtual_node)
     chunks = _plan_chunks(src, dst, total, chunk_edges)
     del src, dst
+    mine = _my_chunks(chunks) if shard else chunks
     x_all = torch.cat([x, x.new_zeros(total - n, x.shape[1])])  # virtual nodes have zero input
     h = x.new_empty(total, weights.dim)
     for chunk in chunks:
@@ -166,7 +173,7 @@ def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
     del x_all
     for layer in _progress(weights.layers, progress, desc="GPSE layers", unit="layer", leave=False):
         query, value = layer.source_projections(h)
-        for chunk in chunks:
+        for chunk in mine:
             h_dst = h[chunk.start:chunk.stop]
             key, skip = layer.destination_projections(h_dst)
             conv = skip
@@ -175,7 +182,44 @@ def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
             # Sources of later chunks read query/value computed above, so h can be updated in place.
             layer_update(h_dst, conv, layer.norm)
         del query, value
+        if mine is not chunks:
+            _exchange_rows(h, chunks)
     return weights.finish(h[:n])
+
+
+def _rank_node_ranges(chunks: list) -> list:
+    """``[start, stop)`` node rows each rank updates: contiguous runs of chunks, equal in number."""
+    from ..utils.distributed import current, shard_range
+
+    ctx = current()
+    ranges = []
+    for rank in range(ctx.world_size):
+        first, last = shard_range(len(chunks), rank, ctx.world_size)
+        ranges.append((chunks[first].start, chunks[last - 1].stop) if last > first else (0, 0))
+    return ranges
+
+
+def _my_chunks(chunks: list) -> list:
+    from ..utils.distributed import current, shard_range
+
+    ctx = current()
+    first, last = shard_range(len(chunks), ctx.rank, ctx.world_size)
+    return chunks[first:last]
+
+
+def _exchange_rows(h: torch.Tensor, chunks: list) -> None:
+    """Give every rank the rows of ``h`` the other ranks updated (one all-gather per layer)."""
+    import torch.distributed as dist
+
+    ranges = _rank_node_ranges(chunks)
+    width = max(stop - start for start, stop in ranges)
+    pieces = [h.new_empty(width, h.shape[1]) for _ in ranges]
+    rank_start, rank_stop = ranges[dist.get_rank()]
+    local = h.new_zeros(width, h.shape[1])
+    local[:rank_stop - rank_start] = h[rank_start:rank_stop]
+    dist.all_gather(pieces, local)
+    for (start, stop), piece in zip(ranges, pieces):
+        h[start:stop] = piece[:stop - start]
 
 
 def expand_fanouts(fanouts, num_layers: int) -> list:

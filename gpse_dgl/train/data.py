@@ -38,6 +38,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..utils import distributed as dist_utils
 from ..utils.errors import RecipeError
 from ..data.cache import file_sha256
 
@@ -123,6 +124,12 @@ class GraphCollection:
     def num_batches(self, batch_size: int) -> int:
         return -(-len(self) // batch_size)
 
+    @classmethod
+    def concatenate(cls, parts: Sequence["GraphCollection"]) -> "GraphCollection":
+        """The graphs of ``parts``, one part after the other."""
+        return cls(*(torch.cat([getattr(p, name) for p in parts])
+                     for name in ("num_nodes", "num_edges", "src", "dst", "node_targets", "graph_targets")))
+
 
 def _offsets(counts: torch.Tensor) -> torch.Tensor:
     return torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(counts.long(), 0)])
@@ -168,6 +175,8 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
     node_names, graph_names = list(data_recipe["node_targets"]), list(data_recipe["graph_targets"])
     cache_path, fingerprint = _cache_location(data_recipe)
     cached = _load_cache(cache_path, fingerprint)
+    if not all(dist_utils.gather_objects(cached is not None)):  # torchrun: compute unless all ranks read it
+        cached = None
     if cached is not None:
         collection, split_of_graph, info = cached
         info["cache"] = "reused"
@@ -182,8 +191,9 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
                 f"(data.skeleton_edits = {data_recipe['skeleton_edits']:g})")
         log(f"data: computing targets of {len(graphs)} graphs "
             f"({', '.join(node_names + graph_names)})")
-        collection = _compute_targets(graphs, node_names, graph_names, data_recipe, progress)
-        _save_cache(cache_path, fingerprint, collection, split_of_graph, info)
+        collection = _compute_targets_sharded(graphs, node_names, graph_names, data_recipe, progress)
+        if dist_utils.current().is_main:
+            _save_cache(cache_path, fingerprint, collection, split_of_graph, info)
         info["cache"] = "written"
     splits = {name: collection.subset(torch.nonzero(split_of_graph == code).flatten())
               for code, name in enumerate(SPLIT_NAMES)}
@@ -430,6 +440,23 @@ def _compute_targets(graphs: list, node_names: list, graph_names: list, data_rec
     dst = torch.cat([g.edges()[1].long() for g in graphs])
     graph_targets = torch.as_tensor(graph_targets, dtype=torch.float32).reshape(len(graphs), -1)
     return GraphCollection(num_nodes, num_edges, src, dst, node_targets, graph_targets)
+
+
+def _compute_targets_sharded(graphs: list, node_names: list, graph_names: list, data_recipe: dict,
+                             progress: bool) -> GraphCollection:
+    """:func:`_compute_targets` with the graphs shared out among torchrun's ranks.
+
+    Each rank computes a contiguous share; every rank receives all shares, joined in graph order.
+    Targets are per-graph functions, so the result (and the cache fingerprint, which does not see the
+    world size) is the one-process result.
+    """
+    ctx = dist_utils.current()
+    if not ctx.is_distributed:
+        return _compute_targets(graphs, node_names, graph_names, data_recipe, progress)
+    start, stop = dist_utils.shard_range(len(graphs), ctx.rank, ctx.world_size)
+    part = (_compute_targets(graphs[start:stop], node_names, graph_names, data_recipe, progress and ctx.is_main)
+            if stop > start else None)
+    return GraphCollection.concatenate([p for p in dist_utils.gather_objects(part) if p is not None])
 
 
 # ----------------------------------------------------------------------------------------------

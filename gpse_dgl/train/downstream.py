@@ -47,6 +47,8 @@ Example
 """
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import inspect
 import json
@@ -63,9 +65,11 @@ import torch.nn.functional as F
 
 from .. import _env  # noqa: F401
 from ..recipes import dump_recipe
+from ..utils import distributed as dist_utils
 from ..utils.errors import CheckpointError, RecipeError
 from ..utils.io import atomic_write_text
 from . import checkpoint as ckpt
+from . import distributed as data_parallel
 from .metrics import HIGHER_IS_BETTER, score
 from .features import default_cache_dir
 from .rundir import RunDirectory, check_resumed_recipe
@@ -478,27 +482,41 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
     say = log or (tqdm_write if progress else (lambda message: None))
     general = recipe["general_pipeline"]
     root = Path(general["save_path"])
-    with RunDirectory(root, JOB_OUTPUTS, overwrite and not resume, recipe["data"]["cache_dir"] or default_cache_dir(),
-                      allow_recipe_change) as rundir:
-        _check_job_directory(root, resume, overwrite)
-        seed_list = _seed_list(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
-        with torch_threads(general["num_threads"]):
-            device = resolve_device(recipe["device"])
+    seed_list = _seed_list(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
+    rundir = RunDirectory(root, JOB_OUTPUTS, overwrite and not resume,
+                          recipe["data"]["cache_dir"] or default_cache_dir(), allow_recipe_change)
+    with torch_threads(general["num_threads"]), \
+            dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
+        if not ctx.is_main:
+            progress, say = False, (lambda message: None)
+        # rank 0 alone owns (locks, checks, replaces) the job directory; the others start once it has
+        with rundir if ctx.is_main else contextlib.nullcontext():
+            if ctx.is_main:
+                _check_job_directory(root, resume, overwrite)
+            dist_utils.barrier()
+            device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
             prepared = prepare_data(recipe, dataset, device, progress, say)
             say(f"data: {_describe(prepared)}")
+            if ctx.is_distributed and prepared.spec.level != "graph":
+                raise dist_utils.DistributedError("torchrun: node-level training (one graph) is not sharded; "
+                                                  "run it as one process")
             plans = plan_runs(prepared.dataset, recipe, seed_list)
-            rundir.replace_previous()  # recipe valid, data ready: the old job may go aside now
-            atomic_write_text(root / "recipe.yaml", dump_recipe(recipe))
+            if ctx.is_main:
+                rundir.replace_previous()  # recipe valid, data ready: the old job may go aside now
+                atomic_write_text(root / "recipe.yaml", dump_recipe(recipe))
             results, model_info = [], {}
             for index, plan in enumerate(plans):
                 title = f"run {index + 1}/{len(plans)} {plan.name}"
+                callback = rundir.commit_after(on_epoch_end) if ctx.is_main else on_epoch_end
                 result, model_info = _run(recipe, prepared, plan, root / plan.name, device, resume, progress, say,
-                                          rundir.commit_after(on_epoch_end), title, rundir)
+                                          callback, title, rundir)
                 results.append(result)
-            rundir.commit()  # also when no epoch ran (every run finished earlier)
             summary = _job_summary(recipe, prepared, results, model_info, root, started)
+            if not ctx.is_main:
+                return {**summary, "rank": ctx.rank}
+            rundir.commit()  # also when no epoch ran (every run finished earlier)
             summary["recipe_changes"] = rundir.recipe_changes
-        write_json(root / "results.json", summary)
+    write_json(root / "results.json", summary)
     return summary
 
 
@@ -544,7 +562,8 @@ def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resum
     trainer = _Trainer(recipe, prepared, plan, model, config, optimizer, scheduler, device, run_dir)
     status = trainer.fit(state, progress, title, on_epoch_end)
     result = _run_result(plan, state, status)
-    write_json(finished, result)
+    if trainer.dist.is_main:
+        write_json(finished, result)
     say(f"{title}: {_result_line(result, prepared.spec)}")
     return result, info
 
@@ -585,6 +604,9 @@ class _Trainer:
         self.eval_batches = None
         self.pending_best = None  # payload of a best epoch not written yet (see _save)
         self.shift, self.scale = self._target_scaling()
+        self.dist = dist_utils.current()
+        # what training steps call: the DDP wrapper under torchrun (train/distributed.py), else model
+        self.trained = data_parallel.data_parallel(model, self.dist, device, self.general["sync_batchnorm"])
 
     def _target_scaling(self) -> tuple[torch.Tensor | float, torch.Tensor | float]:
         """Mean and std of the training targets (per column) when standardising, else ``(0, 1)``."""
@@ -606,7 +628,8 @@ class _Trainer:
         num_epochs, started = self.general["num_epochs"], time.perf_counter()
         limit = self.general["time_limit_minutes"]
         status = "complete"
-        writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=state.epoch + 1)
+        writer = (SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=state.epoch + 1)
+                  if self.dist.is_main else data_parallel.NoWriter())
         bar = progress_bar(range(state.epoch, num_epochs), progress, desc=title, unit="epoch", leave=False,
                         total=num_epochs, initial=state.epoch)
         try:
@@ -614,6 +637,7 @@ class _Trainer:
                 record = self._epoch(epoch, state)
                 self._log(writer, record)
                 out_of_time = limit is not None and time.perf_counter() - started > limit * 60
+                out_of_time = dist_utils.broadcast_object(out_of_time)  # rank 0's clock decides for all
                 self._save(state, record, final=epoch + 1 == num_epochs or out_of_time)
                 if hasattr(bar, "set_postfix"):
                     bar.set_postfix_str(_postfix(record, self.spec), refresh=False)
@@ -675,7 +699,9 @@ class _Trainer:
 
     def _train_epoch(self, epoch: int) -> dict:
         seed = self.plan.seed
-        torch.manual_seed(derive_seed(seed, "dropout", epoch))  # dropout draws from the global generator
+        # dropout draws from the global generator; under torchrun each rank draws its own masks
+        rank_key = (self.dist.rank,) if self.dist.is_distributed else ()
+        torch.manual_seed(derive_seed(seed, "dropout", epoch, *rank_key))
         self.model.train()
         if self.spec.level == "graph":
             outputs = self._train_graph_batches(torch.Generator().manual_seed(derive_seed(seed, "order", epoch)))
@@ -688,7 +714,7 @@ class _Trainer:
     def _step(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         loss = compute_loss(self.spec.loss, pred, self._standardize(target).to(pred.device))
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        data_parallel.backward(loss, self.dist)
         if self.general["clip_grad_norm"] is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.general["clip_grad_norm"])
         self.optimizer.step()
@@ -698,11 +724,16 @@ class _Trainer:
         train = self.plan.splits["train"]
         order = train[torch.randperm(len(train), generator=generator)]
         preds, targets, losses = [], [], []
-        for batch in _graph_batches(self.prepared, order, self.general["batch_size"]):
+        for members in data_parallel.global_batches(order, self.general["batch_size"], self.dist):
+            # this rank's share of the global batch; loss and scores over all shares (train/distributed.py)
+            start, stop = dist_utils.shard_range(len(members), self.dist.rank, self.dist.world_size)
+            batch = next(_graph_batches(self.prepared, members[start:stop], len(members)))
             pred = self._forward(*batch[:-1])
-            losses.append((self._step(pred, batch[-1]), len(batch[-1])))
+            pred, target = data_parallel.gather_batch(pred, batch[-1].to(pred.device))
+            target = target.cpu()
+            losses.append((self._step(pred, target), len(target)))
             preds.append(self._unscale(pred.detach().cpu()))
-            targets.append(batch[-1])
+            targets.append(target)
         return preds, targets, losses
 
     def _train_full_graph(self):
@@ -819,9 +850,10 @@ class _Trainer:
     def _call(self, graph, nf, ef, pe):
         if pe is not None:
             pe = pe.float()
+        model = self.trained if self.model.training else self.model
         if self.pe_only:
-            return self.model(graph, pe, ef)
-        return self.model(graph, nf, ef, pe)
+            return model(graph, pe, ef)
+        return model(graph, nf, ef, pe)
 
     def _pe_rows(self, indices):
         table = self.prepared.table
@@ -834,7 +866,7 @@ class _Trainer:
     def _save(self, state: RunState, record: dict, final: bool = False) -> None:
         """Checkpoints every ``checkpoint_every`` epochs; the best epoch's is kept in memory until then
         (writing two files per epoch costs more than training a small model for one)."""
-        if not self.general["save_checkpoints"]:
+        if not self.general["save_checkpoints"] or not self.dist.is_main:
             return
         if record.get("is_best"):
             self.pending_best = copy.deepcopy(

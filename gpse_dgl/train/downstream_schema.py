@@ -197,6 +197,10 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
         "time_limit_minutes": Field("number", None, "stop a run after the epoch that passes this many "
                                     "minutes; null = no limit", nullable=True, minimum=0.0,
                                     exclusive_minimum=True),
+        "distributed": Field("choice", "auto", "under torchrun: process-group backend; auto = nccl on "
+                             "CUDA, gloo on CPU", choices=("auto", "gloo", "nccl")),
+        "sync_batchnorm": Field("bool", False, "under torchrun: BatchNorm statistics over the global "
+                                "batch instead of each process's share"),
     },
 }
 

@@ -23,6 +23,8 @@ it with the fitting off.
 """
 from __future__ import annotations
 
+import contextlib
+
 import math
 import time
 from dataclasses import dataclass, field
@@ -33,9 +35,11 @@ import torch
 
 from .. import _env  # noqa: F401
 from ..recipes import dump_recipe
+from ..utils import distributed as dist_utils
 from ..utils.errors import CheckpointError
 from ..utils.io import atomic_write_text
 from . import checkpoint as ckpt
+from . import distributed as data_parallel
 from .data import PretrainingData, build_pretraining_data, default_cache_dir, describe_sizes
 from .metrics import R2Accumulator
 from .rundir import RunDirectory, check_resumed_recipe
@@ -119,33 +123,45 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
     general = recipe["general_pipeline"]
     paths = RunPaths(Path(general["save_path"]))
     cache_dir = recipe["data"]["cache_dir"] or default_cache_dir()
-    with RunDirectory(paths.root, RUN_OUTPUTS, overwrite and not resume, cache_dir, allow_recipe_change) as rundir:
-        _check_run_directory(paths, resume, overwrite)
-        with torch_threads(general["num_threads"]):
-            return _run(recipe, paths, resume, progress, log, started, rundir.commit_after(on_epoch_end), rundir)
+    with torch_threads(general["num_threads"]), \
+            dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
+        if not ctx.is_main:
+            progress, log = False, (lambda message: None)
+        # rank 0 alone owns (locks, checks, replaces) the run directory; the others start once it has
+        owner = (RunDirectory(paths.root, RUN_OUTPUTS, overwrite and not resume, cache_dir, allow_recipe_change)
+                 if ctx.is_main else contextlib.nullcontext())
+        with owner as rundir:
+            if ctx.is_main:
+                _check_run_directory(paths, resume, overwrite)
+                on_epoch_end = rundir.commit_after(on_epoch_end)
+            dist_utils.barrier()
+            return _run(recipe, paths, resume, progress, log, started, on_epoch_end, rundir, allow_recipe_change,
+                        ctx)
 
 
 def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, started: float,
-         on_epoch_end, rundir: RunDirectory) -> dict:
+         on_epoch_end, rundir: RunDirectory | None, allow_recipe_change: bool,
+         ctx: dist_utils.Context = dist_utils.Context()) -> dict:
     general = recipe["general_pipeline"]
-    device = resolve_device(recipe["device"])
+    device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
     data = build_pretraining_data(recipe["data"], progress=progress, log=log)
     log(f"data: {describe_sizes(data)}; ready after {time.perf_counter() - started:.1f} s")
     model_config = model_config_from_recipe(recipe["model"], data)
     torch.manual_seed(derive_seed(recipe["seed"], "init"))
     model = build_model(model_config, recipe["model"]["backend"]).to(device)
     optimizer = build_optimizer(model, general["optimizer"])
-    steps_per_epoch = data.splits["train"].num_batches(general["batch_size"])
+    steps_per_epoch = data_parallel.num_global_batches(len(data.splits["train"]), general["batch_size"], ctx)
     scheduler = build_scheduler(optimizer, general, steps_per_epoch)
     state = TrainState()
     if resume:
-        state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler, rundir.allow_recipe_change)
+        state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler, allow_recipe_change)
         # the restored schedule object carries the checkpoint's lengths: take the recipe's (which may
         # have changed, e.g. more epochs) or the fitted one
         set_schedule_length(scheduler, general, steps_per_epoch, state.num_epochs or general["num_epochs"])
         log(f"resume: {paths.last} after epoch {state.epoch}")
-    rundir.replace_previous()  # recipe valid, data and model ready: the old run may go aside now
-    atomic_write_text(paths.recipe, dump_recipe(recipe))
+    if rundir is not None:  # rank 0
+        rundir.replace_previous()  # recipe valid, data and model ready: the old run may go aside now
+        atomic_write_text(paths.recipe, dump_recipe(recipe))
     log(f"model: {num_parameters(model):,} parameters on {device}; {steps_per_epoch} steps per epoch")
 
     eval_batch_size = general["eval_batch_size"] or general["batch_size"]
@@ -154,9 +170,14 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
                     for split in ("val", "test") if len(data.splits[split])}
     from torch.utils.tensorboard import SummaryWriter
 
-    writer = SummaryWriter(str(paths.tensorboard), purge_step=state.epoch * steps_per_epoch + 1)
+    writer = (SummaryWriter(str(paths.tensorboard), purge_step=state.epoch * steps_per_epoch + 1)
+              if ctx.is_main else data_parallel.NoWriter())
     run = _Run(recipe, data, model, model_config, optimizer, scheduler, state, eval_batches, paths,
-               writer, device, progress, log, started)
+               writer, device, progress, log, started, ctx,
+               data_parallel.data_parallel(model, ctx, device, general["sync_batchnorm"]))
+    if ctx.is_distributed:
+        log(f"data-parallel: {ctx.world_size} processes ({ctx.backend}), "
+            f"{general['batch_size'] // ctx.world_size} graphs per process and step")
     try:
         stop_reason = run.train_epochs(on_epoch_end)
         return run.final_evaluation(stop_reason)
@@ -256,9 +277,14 @@ def set_schedule_length(scheduler, general: dict, steps_per_epoch: int, num_epoc
 
 
 
-def training_features(graph, dim: int, generator: torch.Generator) -> torch.Tensor:
-    """Fresh N(0, 1) input features for a training batch, drawn from the run's ``generator``."""
+def training_features(graph, dim: int, generator: torch.Generator, share=None) -> torch.Tensor:
+    """Fresh N(0, 1) input features for a training batch, drawn from the run's ``generator``; under
+    torchrun ``share`` (:class:`~gpse_dgl.train.distributed.BatchShare`) picks this rank's rows of the
+    global batch's draw."""
     from ..nn.random_features import random_node_features
+
+    if share is not None and share.node_rows != (0, share.global_nodes):
+        return share.features(dim, generator)
 
     return random_node_features(graph, dim=dim, generator=generator)
 
@@ -297,6 +323,8 @@ class _Run:
     progress: bool
     log: Callable[[str], None]
     started: float
+    dist: dist_utils.Context = dist_utils.Context()
+    trained: torch.nn.Module | None = None  # what training steps call: the DDP wrapper of model, or None
 
     @property
     def general(self) -> dict:
@@ -304,7 +332,8 @@ class _Run:
 
     @property
     def steps_per_epoch(self) -> int:
-        return self.data.splits["train"].num_batches(self.general["batch_size"])
+        return data_parallel.num_global_batches(len(self.data.splits["train"]), self.general["batch_size"],
+                                                self.dist)
 
     @property
     def num_epochs(self) -> int:
@@ -337,6 +366,7 @@ class _Run:
             projected = (time.perf_counter() - self.started + (time.perf_counter() - epoch_started)
                          + 4 * eval_seconds)
             out_of_time = limit is not None and projected > limit * 60 and epoch + 1 < num_epochs
+            out_of_time = dist_utils.broadcast_object(out_of_time)  # rank 0's clock decides for all
             if "val" in self.eval_batches and (
                     (epoch + 1) % self.general["eval_every"] == 0 or epoch + 1 == num_epochs or out_of_time
                     or fit_now):
@@ -349,7 +379,8 @@ class _Run:
             if fit_now:
                 # before the checkpoints are written, so that they carry the fitted length
                 fitted = self.fit_to_time_limit(epoch + 1, (time.perf_counter() - timed_from) / timed_epochs,
-                                                eval_seconds)
+                                                eval_seconds) if self.dist.is_main else None
+                self.adopt_fitted_length(dist_utils.broadcast_object(self.state.num_epochs))
             self.finish_epoch(record)
             if fitted:
                 self.log(fitted)
@@ -403,6 +434,12 @@ class _Run:
                 f"{fitted} epochs instead of {self.general['num_epochs']} (repeat this run exactly with "
                 f"--set general_pipeline.num_epochs={fitted} --set general_pipeline.fit_to_time_limit=false)")
 
+    def adopt_fitted_length(self, num_epochs: int | None) -> None:
+        """Take rank 0's fitted schedule length (every rank must stop after the same epoch)."""
+        if num_epochs != self.state.num_epochs:
+            self.state.num_epochs = num_epochs
+            set_schedule_length(self.scheduler, self.general, self.steps_per_epoch, num_epochs)
+
     def train_one_epoch(self, epoch: int) -> dict:
         """One pass over the training graphs; every random draw derives from (seed, epoch)."""
         seed, train = self.recipe["seed"], self.data.splits["train"]
@@ -410,20 +447,24 @@ class _Run:
         per_step = self.general["lr_scheduler"]["interval"] == "step"
         order = torch.Generator().manual_seed(derive_seed(seed, "batch order", epoch))
         features = torch.Generator().manual_seed(derive_seed(seed, "features", epoch))
-        torch.manual_seed(derive_seed(seed, "dropout", epoch))  # dropout uses the global generator
+        # dropout uses the global generator; under torchrun each rank draws its own masks
+        rank_key = (self.dist.rank,) if self.dist.is_distributed else ()
+        torch.manual_seed(derive_seed(seed, "dropout", epoch, *rank_key))
         first_step = epoch * self.steps_per_epoch
         self.model.train()
         totals: dict[str, float] = {}
-        bar = progress_bar(train.batches(batch_size, order, shuffle=True), self.progress,
+        counted = 0  # graphs of the global batches (every rank computes the global batch's loss)
+        bar = progress_bar(data_parallel.sharded_batches(train, batch_size, order, self.dist), self.progress,
                             desc=f"epoch {epoch + 1}", unit="batch", total=self.steps_per_epoch,
                             leave=False)
-        for step, (graph, node_true, graph_true) in enumerate(bar):
-            x = training_features(graph, dim_in, features).to(self.device)
+        for step, (graph, node_true, graph_true, share) in enumerate(bar):
+            x = training_features(graph, dim_in, features, share).to(self.device)
             loss, parts = self.training_step(graph, x, node_true, graph_true)
             if per_step:
                 self.scheduler.step()
+            counted += share.global_graphs
             for name, value in {"loss": loss, **parts}.items():
-                totals[name] = totals.get(name, 0.0) + _scalar(value) * graph.batch_size
+                totals[name] = totals.get(name, 0.0) + _scalar(value) * share.global_graphs
             global_step = first_step + step + 1
             if (step + 1) % self.general["log_every"] == 0 or step + 1 == self.steps_per_epoch:
                 self.writer.add_scalar("train/loss_step", _scalar(loss), global_step)
@@ -432,14 +473,16 @@ class _Run:
                 bar.set_postfix(loss=f"{_scalar(loss):.4f}")
         if not per_step:
             self.scheduler.step()
-        return {name: total / max(len(train), 1) for name, total in totals.items()}
+        return {name: total / max(counted, 1) for name, total in totals.items()}
 
     def training_step(self, graph, x, node_true, graph_true):
-        node_pred, graph_pred = self.model(graph, x)
-        loss, parts = _loss(node_pred, node_true.to(self.device), graph_pred,
-                            graph_true.to(self.device), graph, self.general["loss"])
+        node_pred, graph_pred = (self.trained or self.model)(graph, x)
+        # the loss of the whole global batch, from every rank's rows (train/distributed.py)
+        node_pred, node_true, graph_pred, graph_true, sizes = data_parallel.gather_batch(
+            node_pred, node_true.to(self.device), graph_pred, graph_true.to(self.device), graph.batch_num_nodes())
+        loss, parts = _loss(node_pred, node_true, graph_pred, graph_true, sizes, self.general["loss"])
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        data_parallel.backward(loss, self.dist)
         if self.general["clip_grad_norm"] is not None:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.general["clip_grad_norm"],
                                            foreach=True)
@@ -458,6 +501,8 @@ class _Run:
         if "val" in record and not math.isnan(record["val"]["r2"]) and record["val"]["r2"] > state.best_metric:
             state.best_metric, state.best_epoch = record["val"]["r2"], record["epoch"]
         _log_epoch(self.writer, record, state.epoch * self.steps_per_epoch)
+        if not self.dist.is_main:
+            return
         if state.best_epoch == state.epoch:
             ckpt.save_checkpoint(self.paths.best, self.checkpoint_payload())
         # last.pt is written after best.pt: a run killed in between resumes from the epoch before,
@@ -491,6 +536,8 @@ class _Run:
 
     def final_evaluation(self, stop_reason: str) -> dict:
         """Evaluate the best checkpoint on validation and test data; write and return the summary."""
+        if not self.dist.is_main:  # rank 0 alone evaluates and reports
+            return {**self.summary(status=stop_reason), "rank": self.dist.rank}
         source = self.paths.best if self.paths.best.exists() else self.paths.last
         self.model.load_state_dict(ckpt.load_pretrain_checkpoint(source)["model_state"])
         results = {split: self.evaluate(split) for split in self.eval_batches}
@@ -527,11 +574,11 @@ class _Run:
         }
 
 
-def _loss(node_pred, node_true, graph_pred, graph_true, graph, options: dict | None = None):
+def _loss(node_pred, node_true, graph_pred, graph_true, batch_num_nodes, options: dict | None = None):
     """:func:`~gpse_dgl.nn.loss.gpse_loss` with the recipe's ``general_pipeline.loss`` options."""
     from ..nn.loss import gpse_loss
 
-    loss, parts = gpse_loss(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes(),
+    loss, parts = gpse_loss(node_pred, node_true, graph_pred, graph_true, batch_num_nodes,
                             **(options or {}))
     # counts such as num_pairs are not losses: keep only the loss terms for logging
     return loss, {f"loss_{name}": value for name, value in (parts or {}).items()
@@ -557,8 +604,8 @@ def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, 
     for graph, node_true, graph_true in batches:
         x = evaluation_features(graph, dim_in, feature_seed).to(device)
         node_pred, graph_pred = model(graph, x)
-        loss, _ = _loss(node_pred, node_true.to(device), graph_pred, graph_true.to(device), graph,
-                        loss_options)
+        loss, _ = _loss(node_pred, node_true.to(device), graph_pred, graph_true.to(device),
+                        graph.batch_num_nodes(), loss_options)
         accumulator.update(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes())
         loss_total += float(loss) * graph.batch_size
         graphs += graph.batch_size

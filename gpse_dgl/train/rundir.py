@@ -47,7 +47,7 @@ DISCARDED = ".previous-run.discarded"
 NEUTRAL_KEYS = frozenset({
     "device", "data.root", "data.cache_dir", "data.target_device", "general_pipeline.save_path",
     "general_pipeline.num_threads", "general_pipeline.log_every", "general_pipeline.time_limit_minutes",
-    "general_pipeline.num_seeds", "general_pipeline.save_checkpoints",
+    "general_pipeline.num_seeds", "general_pipeline.save_checkpoints", "general_pipeline.distributed",
 })
 
 
