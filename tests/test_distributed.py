@@ -107,10 +107,11 @@ def test_two_processes_train_like_one_and_resume_across_world_sizes(tmp_path):
     # resume for epoch 2: 1 -> 1 (reference), 2 -> 1, 1 -> 2
     for recipe in (one, two):
         recipe["general_pipeline"]["num_epochs"] = 2
-        pretrain(copy.deepcopy(recipe), progress=False, resume=True)
+        pretrain(copy.deepcopy(recipe), progress=False, resume=True, allow_recipe_change=True)
     assert_same_training(tmp_path / "one", tmp_path / "two")
     one_then_two = tiny_recipe(tmp_path / "one_then_two", tmp_path / "cache_one", num_epochs=2)
-    finish(launch(pretrain_args(write_recipe(one_then_two, tmp_path / "resume.yaml"), "--resume")))
+    finish(launch(pretrain_args(write_recipe(one_then_two, tmp_path / "resume.yaml"), "--resume",
+                                 "--allow-recipe-change")))
     assert_same_training(tmp_path / "one", tmp_path / "one_then_two")
 
 
@@ -166,7 +167,7 @@ def test_a_killed_rank_ends_the_others_with_one_line_and_keeps_the_checkpoint(tm
     procs[1].communicate()
     assert procs[0].returncode == 2
     lines = err.strip().splitlines()
-    assert lines[-1].startswith("error: rank 0: lost contact with the other processes"), lines[-5:]
+    assert lines[-1].startswith("gpse-dgl: error: rank 0: lost contact with the other processes"), lines[-5:]
     assert load_pretrain_checkpoint(last)["epoch"] >= 1  # the last complete checkpoint is intact
 
 
@@ -195,13 +196,14 @@ def test_nccl_without_cuda_is_one_line(tmp_path, monkeypatch, capsys):
     recipe = write_recipe(tiny_recipe(tmp_path / "run", tmp_path / "cache"), tmp_path / "r.yaml")
     code, err = _main(["pretrain", str(recipe), "--set", "general_pipeline.distributed=nccl"], monkeypatch,
                       capsys, WORLD_SIZE="2", RANK="0")
-    assert code == 2 and err.startswith("error: general_pipeline.distributed: nccl needs CUDA")
+    assert code == 2 and err.startswith("gpse-dgl: error: general_pipeline.distributed: nccl needs CUDA")
     assert err.count("\n") == 1 and not (tmp_path / "run").exists()
 
 
 def test_verbs_that_are_not_sharded_refuse_torchrun(monkeypatch, capsys):
     code, err = _main(["info"], monkeypatch, capsys, WORLD_SIZE="2", RANK="0")
-    assert code == 2 and err.startswith("error: 'info' does not run under torchrun") and err.count("\n") == 1
+    assert code == 2 and err.startswith("gpse-dgl: error: 'info' does not run under torchrun")
+    assert err.count("\n") == 1
 
 
 def test_shares_cover_every_global_batch_in_order():
