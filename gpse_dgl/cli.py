@@ -56,10 +56,17 @@ def cli():
     """
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {str(message).strip().splitlines()[0]}\n"
+
+
 def main(argv=None):
     """Console-script entry point: run the CLI, turning user errors into one-line messages."""
+    import warnings
+
     from .utils.errors import GPSEError
 
+    warnings.formatwarning = _one_line_warning  # warnings read like the error lines: one line each
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:

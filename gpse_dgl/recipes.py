@@ -73,6 +73,13 @@ def _positive_split(values: list) -> str | None:
     return None
 
 
+# = gpse_dgl.utils.precision.PRECISIONS (not imported: recipes are read without torch)
+PRECISION_CHOICES = ("fp32", "bf16", "fp16")
+PRECISION_HELP = ("fp32, or mixed bf16 (native on CPUs with avx512_bf16/AMX and on recent GPUs) / fp16 "
+                  "(CUDA only): dense products in that precision, sums, norms, losses, optimiser state "
+                  "and checkpoints in fp32")
+
+
 def _device_string(value: str) -> str | None:
     if re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", value):
         return None
@@ -173,6 +180,7 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                                    "in time_limit_minutes at the speed measured so far, so the "
                                    "schedule decays fully on a slower machine (the number chosen is "
                                    "logged and stored in metrics.json)"),
+        "precision": Field("choice", "fp32", PRECISION_HELP, choices=PRECISION_CHOICES),
     },
 }
 

@@ -117,8 +117,11 @@ def _load_graphs(dataset, input_path, smiles, root):
                    "remaining layers (default 30,20,10,5; -1 = all).")
 @click.option("--directed", is_flag=True,
               help="Use edges exactly as given instead of the simple undirected graph GPSE was trained on.")
+@click.option("--precision", default="fp32", show_default=True,
+              help="fp32, bf16 (native on CPUs with avx512_bf16/AMX and on recent GPUs) or fp16 (CUDA): "
+                   "precision of the dense products; encodings are stored as float32 in every case.")
 def command(checkpoint, dataset, input_path, smiles, root, out_path, device, batch_size, seed, samples,
-            sampled, fanouts, directed):
+            sampled, fanouts, directed, precision):
     """Encode graphs with a pretrained GPSE and save them with ndata['gpse'] to a DGL binary file.
 
     Exactly one input: --dataset, --input or --smiles. Graph datasets are encoded in batches; a large
@@ -145,6 +148,9 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     from ..encode import describe_checkpoint, encode_dataset, load_gpse
 
     device = _check_device(device)
+    from ..utils.precision import resolve_precision
+
+    resolve_precision(precision, device, warn=False)  # a bad name fails before the model loads
 
     with _silenced("gpse_dgl.encode"):  # the line below says the same, once
         model = load_gpse(checkpoint, device=device)
@@ -159,7 +165,7 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     start = time.perf_counter()
     sizes = {"sample_batch_size": batch_size} if sampled else {"batch_size": batch_size}
     encode_dataset(model, graphs, seed=seed, samples=samples, device=device, undirected=not directed,
-                   sampled=sampled, fanouts=fanouts, store="gpse", progress=True,
+                   sampled=sampled, fanouts=fanouts, store="gpse", progress=True, precision=precision,
                    **{k: v for k, v in sizes.items() if v is not None})
     elapsed = max(time.perf_counter() - start, 1e-9)
 
@@ -168,4 +174,4 @@ def command(checkpoint, dataset, input_path, smiles, root, out_path, device, bat
     if len(graphs) > 1:
         rate = f"{len(graphs) / elapsed:,.1f} graphs/s, {rate}"
     click.echo(f"encoded {len(graphs)} graph(s), {num_nodes} nodes in {elapsed:.2f} s ({rate}) "
-               f"on {device}; wrote {out_path} (ndata['gpse'])", err=True)
+               f"on {device} in {precision}; wrote {out_path} (ndata['gpse'])", err=True)

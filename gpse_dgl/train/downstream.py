@@ -65,7 +65,9 @@ from .. import _env  # noqa: F401
 from ..recipes import dump_recipe
 from ..utils.errors import CheckpointError, RecipeError
 from . import checkpoint as ckpt
+from ..utils.precision import to_accumulation
 from .metrics import HIGHER_IS_BETTER, score
+from .mixed_precision import MixedPrecision
 from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
                       tqdm_write, write_json)
 
@@ -219,7 +221,8 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
     if data["node_feat_from_edges"]:
         graphs = [_edge_mean_features(g, dataset.edge_feat_key or "feat") for g in graphs]
         node_feat, node_kind = "feat_from_edges", "float"
-    table, info = load_features(graphs, dataset.name, recipe["model"]["pe"], cache_dir=data["cache_dir"],
+    pe_recipe = dict(recipe["model"]["pe"], precision=recipe["general_pipeline"]["precision"])
+    table, info = load_features(graphs, dataset.name, pe_recipe, cache_dir=data["cache_dir"],
                                 device=device, progress=progress, log_fn=log)
     return Prepared(dataset, graphs, dataset.labels, spec, table, node_feat, edge_feat, node_kind, edge_kind,
                     info)
@@ -569,6 +572,7 @@ class _Trainer:
         self.eval_batches = None
         self.pending_best = None  # payload of a best epoch not written yet (see _save)
         self.shift, self.scale = self._target_scaling()
+        self.mixed = MixedPrecision(self.general["precision"], device)
 
     def _target_scaling(self) -> tuple[torch.Tensor | float, torch.Tensor | float]:
         """Mean and std of the training targets (per column) when standardising, else ``(0, 1)``."""
@@ -672,10 +676,7 @@ class _Trainer:
     def _step(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         loss = compute_loss(self.spec.loss, pred, self._standardize(target).to(pred.device))
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.general["clip_grad_norm"] is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.general["clip_grad_norm"])
-        self.optimizer.step()
+        self.mixed.backward_and_step(loss, self.optimizer, self.model.parameters(), self.general["clip_grad_norm"])
         return loss.detach()
 
     def _train_graph_batches(self, generator: torch.Generator):
@@ -803,9 +804,9 @@ class _Trainer:
     def _call(self, graph, nf, ef, pe):
         if pe is not None:
             pe = pe.float()
-        if self.pe_only:
-            return self.model(graph, pe, ef)
-        return self.model(graph, nf, ef, pe)
+        with self.mixed.autocast():
+            out = self.model(graph, pe, ef) if self.pe_only else self.model(graph, nf, ef, pe)
+        return to_accumulation(out)  # losses and scores in float32
 
     def _pe_rows(self, indices):
         table = self.prepared.table

@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 
 from ..recipes import Field, apply_overrides, key_origin, read_recipe_file, validate_recipe
+from ..recipes import PRECISION_CHOICES, PRECISION_HELP
 from ..utils.errors import RecipeError
 
 __all__ = ["DOWNSTREAM_SCHEMA", "PE_SOURCES", "load_downstream_recipe", "validate_downstream_recipe",
@@ -178,6 +179,8 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
         "time_limit_minutes": Field("number", None, "stop a run after the epoch that passes this many "
                                     "minutes; null = no limit", nullable=True, minimum=0.0,
                                     exclusive_minimum=True),
+        "precision": Field("choice", "fp32", PRECISION_HELP + " (also for the GPSE encodings computed for "
+                           "pe.source: gpse)", choices=PRECISION_CHOICES),
     },
 }
 
