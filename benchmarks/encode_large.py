@@ -11,6 +11,11 @@ mini-batch, which covers most of the graph after a few hops. By default all node
 (the library default); with ``--sample-batch-size 1024`` (the paper's GPU setting) ``--sampled-batches K``
 times only the first ``K`` mini-batches and extrapolates to all seed nodes.
 
+Each mode runs once per precision (``--precisions fp32,bf16``: ``encode_large`` / ``encode_sampled``
+with ``precision=...``); ``results["records"]`` holds plain-dict rows (``benchmarks/_precision.py``) with
+nodes/s and, for exact layer-wise inference, the fraction of the matmul peak of that precision measured
+in the same run (PyG has no layer-wise large-graph inference to compare with).
+
 Usage::
 
     python benchmarks/encode_large.py                      # arXiv size, both modes
@@ -26,6 +31,11 @@ import resource
 import subprocess
 import sys
 import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
+
+from _precision import DEFAULT_PRECISIONS, matmul_peak_gflops, parse_precisions, record, records_table  # noqa: E402
 
 ARXIV_NODES, ARXIV_EDGES = 169_343, 1_166_243
 
@@ -61,13 +71,14 @@ def run_one(args) -> dict:
     torch.manual_seed(0)
     model = GPSE(dim_hidden=args.dim, num_layers=args.layers).eval()
     baseline = _current_rss_gb()
-    result = {"mode": args.mode, "nodes": graph.num_nodes(), "directed_edges": graph.num_edges(),
-              "layers": args.layers, "dim": args.dim, "threads": torch.get_num_threads(),
+    result = {"mode": args.mode, "precision": args.precision, "nodes": graph.num_nodes(),
+              "directed_edges": graph.num_edges(), "layers": args.layers, "dim": args.dim,
+              "threads": torch.get_num_threads(),
               "symmetrise_s": round(prep_s, 2), "rss_before_gb": round(baseline, 3)}
     t0, c0 = time.perf_counter(), time.process_time()
     if args.mode == "layerwise":
         out = encode_large(model, graph, seed=0, chunk_edges=args.chunk_edges, undirected=False,
-                           progress=args.progress)
+                           progress=args.progress, precision=args.precision)
         elapsed = time.perf_counter() - t0
         result.update(seconds=round(elapsed, 2), nodes_per_s=round(graph.num_nodes() / elapsed, 1))
     else:
@@ -80,7 +91,7 @@ def run_one(args) -> dict:
                           seconds_extrapolated=round(graph.num_nodes() / rate, 1))
         else:
             out = encode_sampled(model, graph, seed=0, fanouts=fanouts, undirected=False, progress=args.progress,
-                                 batch_size=args.sample_batch_size or None)
+                                 batch_size=args.sample_batch_size or None, precision=args.precision)
             elapsed = time.perf_counter() - t0
             result.update(seconds=round(elapsed, 2), nodes_per_s=round(graph.num_nodes() / elapsed, 1))
         result.update(fanouts=args.fanouts, sample_batch_size=args.sample_batch_size or graph.num_nodes())
@@ -100,9 +111,11 @@ def _sampled_prefix(model, graph, fanouts, args):
     from gpse_dgl.nn.random_features import random_node_features
 
     seeds = min(graph.num_nodes(), args.sampled_batches * args.sample_batch_size)
+    from gpse_dgl.utils.precision import autocast
+
     weights = EncoderWeights.from_model(model)
     x = random_node_features(graph, model.dim_in, seed=0)
-    with torch.no_grad():
+    with torch.no_grad(), autocast(args.precision, "cpu"):
         out = sampled_forward(weights, graph, x, fanouts=fanouts, batch_size=args.sample_batch_size, seed=0,
                               nodes=torch.arange(seeds), progress=args.progress)
     return out, seeds
@@ -125,7 +138,9 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="20,000 nodes, 60,000 edges, 4 layers")
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--precisions", default=DEFAULT_PRECISIONS, help="comma-separated: fp32, bf16")
     parser.add_argument("--mode", help=argparse.SUPPRESS)  # internal: run one mode in this process
+    parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)  # internal: its precision
     args = parser.parse_args(argv)
     if args.quick:
         args.nodes, args.edges, args.layers = 20_000, 60_000, 4
@@ -133,25 +148,48 @@ def main(argv=None) -> int:
         print(json.dumps(run_one(args)))
         return 0
     results = []
-    for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
-        cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode] + [
-            a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json" and not a.endswith(".json")]
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            print(f"{mode}: failed\n{proc.stderr}", file=sys.stderr)
-            return 1
-        result = json.loads(proc.stdout.strip().splitlines()[-1])
-        results.append(result)
-        print(_format(result), flush=True)
+    for precision in parse_precisions(args.precisions):
+        for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+            cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode, "--precision", precision] + [
+                a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json" and not a.endswith(".json")]
+            env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                print(f"{mode} {precision}: failed\n{proc.stderr}", file=sys.stderr)
+                return 1
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+            results.append(result)
+            print(_format(result), flush=True)
+    records = precision_records(args, results)
+    print(records_table(records), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+            json.dump({"results": results, "records": records}, fh, indent=2)
     return 0
 
 
+def precision_records(args, results) -> list:
+    """One record per (mode, precision) with nodes/s; layer-wise rows also get the fraction of this
+    run's matmul peak of their precision (FLOPs of ``encode_speed.forward_flops``)."""
+    import torch
+
+    from encode_speed import forward_flops
+
+    torch.set_num_threads(args.threads)
+    peaks = {p: matmul_peak_gflops("cpu", p) for p in {r["precision"] for r in results}}
+    records = []
+    for r in results:
+        peak = None
+        if r["mode"] == "layerwise":
+            flops = forward_flops(r["nodes"], r["directed_edges"], 1, dim=r["dim"], layers=r["layers"])
+            peak = flops / r["seconds"] / 1e9 / peaks[r["precision"]]
+        records.append(record("ours", r["precision"], r["nodes_per_s"], "nodes/s", peak, mode=r["mode"],
+                              seconds=r.get("seconds"), peak_rss_gb=r["peak_rss_gb"]))
+    return records
+
+
 def _format(r: dict) -> str:
-    head = (f"{r['mode']:<9} {r['nodes']:,} nodes, {r['directed_edges']:,} directed edges, "
+    head = (f"{r['mode']:<9} {r['precision']} {r['nodes']:,} nodes, {r['directed_edges']:,} directed edges, "
             f"{r['layers']} x {r['dim']}, {r['threads']} threads: ")
     if "seconds_extrapolated" in r:
         time_part = (f"{r['seconds_timed']} s for {r['seeds_timed']:,} seeds -> {r['nodes_per_s']:,} nodes/s, "

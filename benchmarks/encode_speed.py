@@ -8,6 +8,11 @@ Measured (eval mode, no autograd, same batch size for both):
 * **nodes/s on a large random graph** (exact layer-wise inference, :func:`gpse_dgl.encode.encode_large`).
 * **fraction of this machine's dense matmul peak**: the peak is measured in the same run with a large
   ``torch.matmul``; the forward's FLOPs are counted analytically (see :func:`forward_flops`).
+* **precisions** (``--precisions fp32,bf16``, :func:`bench_precisions`): ours in each precision
+  (``encode_dataset(..., precision=...)``) next to PyG's GPSE under ``torch.autocast`` of the same dtype,
+  end to end and forward only, each as a fraction of the matmul peak *of its precision* measured in
+  the same run, plus the cosine of our low-precision encodings to fp32's. The records are plain dicts
+  (``results["precision_records"]``, see ``benchmarks/_precision.py``) that a figure is drawn from.
 
 The graphs are RDKit's bundled NCI molecules as bare skeletons (``embedded-molecules``, ~3,000 graphs,
 ~19 nodes each). A parity line reports the largest difference between the two encoders' outputs on the
@@ -18,6 +23,7 @@ Usage::
     python benchmarks/encode_speed.py                 # full run, all cores
     python benchmarks/encode_speed.py --quick         # 256 molecules, 5,000-node large graph
     python benchmarks/encode_speed.py --threads 1 --batch-size 64 --json speed.json
+    python benchmarks/encode_speed.py --quick --precisions fp32,bf16   # precision records only
 """
 from __future__ import annotations
 
@@ -29,24 +35,10 @@ import os
 import sys
 import time
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
-def matmul_peak_gflops(device: str = "cpu", size: int = 2048, repeats: int = 10) -> float:
-    """Best-of-``repeats`` float32 GFLOP/s of a ``size x size`` matrix product on ``device``.
-
-    Short products and the best of many make the estimate robust to other processes on the machine.
-    """
-    import torch
-
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
-    best = float("inf")
-    for _ in range(repeats + 1):  # the first run warms up
-        _sync(device)
-        start = time.perf_counter()
-        a @ b
-        _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return 2 * size ** 3 / best / 1e9
+from _precision import DEFAULT_PRECISIONS, matmul_peak_gflops, parse_precisions, record, records_table  # noqa: E402
 
 
 def _sync(device):
@@ -193,6 +185,66 @@ def bench_molecules(graphs, batch_size, device, repeats) -> dict:
     }
 
 
+def bench_precisions(graphs, batch_size, device, repeats, precisions) -> list:
+    """Records (``benchmarks/_precision.py``) of ours and PyG in each of ``precisions``.
+
+    Per precision: end-to-end molecules/s (ours ``encode_dataset(precision=...)``, PyG
+    ``precompute_GPSE`` inside ``torch.autocast``) and forward-only molecules/s with the fraction of the
+    matmul peak of that precision; low-precision records of ours carry ``min_cosine``/``mean_cosine``
+    of their encodings to our fp32 encodings of the same molecules.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    import dgl
+    from torch_geometric.nn.models.gpse import precompute_GPSE
+
+    from gpse_dgl.encode import encode_dataset
+    from gpse_dgl.nn.random_features import random_node_features
+    from gpse_dgl.utils.precision import autocast
+
+    ours, theirs = _models(device)
+    chunks = [graphs[i:i + batch_size] for i in range(0, len(graphs), batch_size)]
+    dgl_batches = [dgl.batch(c) for c in chunks]
+    xs = [random_node_features(b, 20, seed=0).to(device) for b in dgl_batches]
+    pyg_batches = [b.to(device) for b in _pyg_batches(graphs, batch_size, xs)]
+    flops = sum(forward_flops(b.num_nodes(), b.num_edges(), b.batch_size) for b in dgl_batches)
+    on_its_device = str(device).startswith("cuda") == torch.cuda.is_available()
+    count, records, reference = len(graphs), [], None
+    for precision in precisions:
+        peak = matmul_peak_gflops(device, precision)
+        with torch.no_grad(), autocast(precision, device):
+            ours(dgl_batches[0], xs[0])  # warm-up
+            theirs(pyg_batches[0])
+            ours_fwd = _time(lambda: [ours(b, x) for b, x in zip(dgl_batches, xs)], device, repeats)
+            pyg_fwd = _time(lambda: [theirs(b) for b in pyg_batches], device, repeats)
+        encodings = []
+        ours_e2e = _time(lambda: encodings.append(encode_dataset(
+            ours, graphs, batch_size=batch_size, seed=0, progress=False, device=device, precision=precision)),
+            device, repeats)
+
+        def pyg_end_to_end():
+            with contextlib.redirect_stderr(io.StringIO()), autocast(precision, device):
+                precompute_GPSE(theirs, _pyg_dataset(graphs), batch_size=batch_size)
+
+        pyg_e2e = _time(pyg_end_to_end, device, repeats) if on_its_device else None
+        encoded = torch.cat(encodings[-1])
+        reference = encoded if precision == "fp32" else reference
+        accuracy = {}
+        if reference is not None and precision != "fp32":
+            cos = F.cosine_similarity(encoded.double(), reference.double(), dim=1)
+            accuracy = {"min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}
+        unit = "molecules/s"
+        records += [record("ours", precision, count / ours_e2e, unit, None, mode="end to end", **accuracy),
+                    record("ours", precision, count / ours_fwd, unit, flops / ours_fwd / 1e9 / peak, mode="forward",
+                           peak_gflops=peak)]
+        if pyg_e2e:
+            records.append(record("pyg", precision, count / pyg_e2e, unit, None, mode="end to end"))
+        records.append(record("pyg", precision, count / pyg_fwd, unit, flops / pyg_fwd / 1e9 / peak, mode="forward",
+                              peak_gflops=peak))
+    return records
+
+
 def bench_large(nodes, edges, device, chunk_edges) -> dict:
     """Exact layer-wise nodes/s on a random graph with ``nodes`` nodes and ``edges`` undirected edges."""
     import torch
@@ -224,6 +276,9 @@ def main(argv=None) -> int:
     parser.add_argument("--chunk-edges", type=int, default=1 << 17)
     parser.add_argument("--no-cuda", action="store_true", help="skip GPU columns even if CUDA is available")
     parser.add_argument("--quick", action="store_true", help="256 molecules, 5,000-node large graph")
+    parser.add_argument("--precisions", default=DEFAULT_PRECISIONS,
+                        help="comma-separated precisions of the precision records (fp32, bf16, fp16 on CUDA); "
+                             "'' skips them")
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     if args.quick:
@@ -244,6 +299,12 @@ def main(argv=None) -> int:
         peak = max(peak, matmul_peak_gflops(device))  # again after the runs, in case the machine was busy
         results["runs"].append({"device": device, "matmul_peak_gflops": peak, "molecules": mol, "large": large})
         _print(device, peak, mol, large, torch.get_num_threads())
+        if args.precisions:
+            precisions = [p for p in parse_precisions(args.precisions) if p != "fp16" or device == "cuda"]
+            records = bench_precisions(graphs, args.batch_size, device, args.repeats, precisions)
+            results.setdefault("precision_records", []).extend(dict(r, device=device) for r in records)
+            print(f"precisions on {device} ({len(graphs):,} molecules, batch {args.batch_size}):\n"
+                  + records_table(records), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

@@ -21,11 +21,20 @@ PyG's batches are ``Batch.from_data_list`` of ``Data(edge_index, x, y)`` passed 
 the first ``--warmup`` steps are not timed. As a parity check each side also reports the eval-mode loss
 on the first batch before training (should agree to ~1e-6).
 
+Precisions (``--precisions fp32,bf16``): every side runs once per precision, the forward pass inside
+``torch.autocast`` of that dtype (ours through :class:`gpse_dgl.train.mixed_precision.MixedPrecision`,
+as ``gpse-dgl pretrain`` does; PyG under plain autocast), loss and optimiser in fp32. Each row's
+``peak`` is the step's encoder FLOPs (3 x the forward's of ``encode_speed.forward_flops``: forward plus
+a backward of twice its cost; the heads are not counted) per second over the matmul peak of its
+precision measured in the same run. ``results["records"]`` holds the rows as plain dicts (see
+``benchmarks/_precision.py``) for a figure.
+
 Usage::
 
     python benchmarks/train_speed.py --small --steps 3                # quick check (8 layers x 64)
     python benchmarks/train_speed.py                                  # paper size, CPU time, 1 thread
     python benchmarks/train_speed.py --clock wall --threads 2         # quiet machine, wall clock
+    python benchmarks/train_speed.py --small --steps 2 --quick        # smallest run of every row
 """
 from __future__ import annotations
 
@@ -40,6 +49,7 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 from _common import (CLOCK_HELP, CLOCKS, command_line, current_rss_mb, load_average,  # noqa: E402
                      machine_line, markdown_table, peak_rss_mb, set_threads_env, today)
+from _precision import DEFAULT_PRECISIONS, label, matmul_peak_gflops, parse_precisions, record  # noqa: E402
 
 SIDES = ("ours", "pyg")
 LABELS = {"ours": "gpse-dgl", "pyg": "PyG torch_geometric.nn.GPSE"}
@@ -61,8 +71,13 @@ def parse_args(argv=None):
     ap.add_argument("--sides", default="ours,pyg", help="comma-separated subset of ours,pyg")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--precisions", default=DEFAULT_PRECISIONS, help="comma-separated: fp32, bf16, fp16 (CUDA)")
+    ap.add_argument("--quick", action="store_true", help="batch 32, 2 timed steps, no warm-up")
     ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # internal: run one side, print JSON
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)  # internal: the side's precision
     args = ap.parse_args(argv)
+    if args.quick:
+        args.batch_size, args.steps, args.warmup = 32, 2, 0
     args.layers = args.layers or (8 if args.small else 20)
     args.dim = args.dim or (64 if args.small else 512)
     return args
@@ -130,12 +145,16 @@ def run_side(args) -> dict:
          "heads": {"graph_hidden": args.dim}}, backend=args.backend)
     k_n = model.heads.num_node_targets
 
+    from gpse_dgl.train.mixed_precision import MixedPrecision
+
+    mixed = MixedPrecision(args.precision, "cpu")  # fp32: plain autocast-free steps
     if args.side == "ours":
         batches = [ours_batch(*b) for b in data]
 
         def loss_of(batch):
             g, x, node_true, graph_true = batch
-            node_pred, graph_pred = model(g, x)
+            with mixed.autocast():
+                node_pred, graph_pred = model(g, x)
             return gpse_loss(node_pred, node_true, graph_pred, graph_true, g.batch_num_nodes())[0]
     else:
         from torch_geometric.nn import GPSE as PyGGPSE
@@ -149,7 +168,9 @@ def run_side(args) -> dict:
 
         def loss_of(batch):
             pb, bnn = batch
-            pred, true = model(pb)
+            with mixed.autocast():
+                pred, true = model(pb)
+            pred = pred.float()  # the loss in fp32, as on our side
             n = int(bnn.sum())
             return gpse_loss(pred[:n, :k_n], true[:n, :k_n], pred[n:, k_n:], true[n:, k_n:], bnn)[0]
 
@@ -165,24 +186,24 @@ def run_side(args) -> dict:
         start = clock()
         optimizer.zero_grad(set_to_none=True)
         loss = loss_of(batches[i])
-        loss.backward()
-        optimizer.step()
+        mixed.backward_and_step(loss, optimizer, model.parameters())
         elapsed = clock() - start
         losses.append(float(loss.detach()))
         if step >= args.warmup:
             seconds += elapsed
             per_step.append(round(elapsed, 4))
             graphs += len(data[i][0])
-    return {"side": args.side, "graphs_per_s": graphs / seconds, "s_per_step": seconds / args.steps,
+    return {"side": args.side, "precision": args.precision, "graphs_per_s": graphs / seconds, "s_per_step": seconds / args.steps,
             "steps": args.steps, "graphs": graphs, "eval_loss_batch0": parity_loss,
             "first_loss": losses[0], "last_loss": losses[-1], "peak_rss_mb": peak_rss_mb(),
             "rss_before_training_mb": rss_before, "step_seconds": per_step, "threads": torch.get_num_threads(),
-            "nodes_per_batch": sum(d[1].shape[0] for d in data) / len(data), "distinct_batches": len(data)}
+            "nodes_per_batch": sum(d[1].shape[0] for d in data) / len(data), "distinct_batches": len(data),
+            "edges_per_batch": sum(sum(g.num_edges() for g in d[0]) for d in data) / len(data)}
 
 
 # --------------------------------------------------------------------------- driver
-def run_child(side, argv) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--side", side]
+def run_child(side, argv, precision="fp32") -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), *argv, "--side", side, "--precision", precision]
     proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(_MARK)]
     if proc.returncode or not lines:
@@ -210,12 +231,12 @@ def report(args, results, argv, load_start) -> str:
         "",
     ]
     rows = []
-    for side, r in results.items():
-        rows.append([LABELS[side], f"{r['graphs_per_s']:,.1f}", f"{r['s_per_step']:.3f}",
+    for key, r in results.items():
+        rows.append([f"{LABELS[r['side']]}, {key.split(' ', 1)[1]}", f"{r['graphs_per_s']:,.1f}", f"{r['s_per_step']:.3f}",
                      f"{r['peak_rss_mb']:,.0f}", f"{r['peak_rss_mb'] - r['rss_before_training_mb']:,.0f}",
                      f"{r['eval_loss_batch0']:.6f}", f"{r['first_loss']:.4f} -> {r['last_loss']:.4f}"])
-    if len(results) == 2:
-        o, p = results["ours"], results["pyg"]
+    if "ours fp32" in results and "PyG fp32" in results:
+        o, p = results["ours fp32"], results["PyG fp32"]
         rows.append(["**ratio gpse-dgl / PyG**", f"**{o['graphs_per_s'] / p['graphs_per_s']:.2f}x**",
                      f"{o['s_per_step'] / p['s_per_step']:.2f}", f"{o['peak_rss_mb'] / p['peak_rss_mb']:.2f}",
                      "", f"diff {abs(o['eval_loss_batch0'] - p['eval_loss_batch0']):.1e}", ""])
@@ -233,16 +254,41 @@ def main(argv=None) -> int:
         return 0
     load_start = load_average()
     results = {}
-    for side in [s.strip() for s in args.sides.split(",") if s.strip()]:
-        if side not in SIDES:
-            raise SystemExit(f"unknown side {side!r}; choose from {', '.join(SIDES)}")
-        print(f"running {side} ...", file=sys.stderr, flush=True)
-        results[side] = run_child(side, argv)
+    precisions = parse_precisions(args.precisions)
+    for precision in precisions:
+        for side in [s.strip() for s in args.sides.split(",") if s.strip()]:
+            if side not in SIDES:
+                raise SystemExit(f"unknown side {side!r}; choose from {', '.join(SIDES)}")
+            print(f"running {side} in {precision} ...", file=sys.stderr, flush=True)
+            results[label(side, precision)] = run_child(side, argv, precision)
+    records = precision_records(args, results)
     print(report(args, results, argv, load_start))
+    print("\n" + "\n".join(f"- {r['label']}: {r['throughput']:,.2f} graphs/s, {r['peak']:.0%} of the "
+                             f"{r['precision']} matmul peak ({r['peak_gflops']:,.0f} GFLOP/s)" for r in records))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"args": vars(args), "results": results}, fh, indent=2)
+            json.dump({"args": vars(args), "results": results, "records": records}, fh, indent=2)
     return 0
+
+
+def precision_records(args, results) -> list:
+    """One record per row (``benchmarks/_precision.py``), ``peak`` against this run's matmul peak of its
+    precision (measured now, after the sides ran, with the same thread count)."""
+    import torch
+
+    from encode_speed import forward_flops
+
+    torch.set_num_threads(args.threads)
+    peaks = {p: matmul_peak_gflops("cpu", p) for p in {r["precision"] for r in results.values()}}
+    records = []
+    for r in results.values():
+        graphs_per_step = r["graphs"] / r["steps"]
+        flops = 3 * forward_flops(r["nodes_per_batch"], r["edges_per_batch"], graphs_per_step, dim=args.dim,
+                                  layers=args.layers)
+        gflops = flops / r["s_per_step"] / 1e9
+        records.append(record(r["side"], r["precision"], r["graphs_per_s"], "graphs/s", gflops / peaks[r["precision"]],
+                              mode="train step", peak_gflops=peaks[r["precision"]]))
+    return records
 
 
 if __name__ == "__main__":

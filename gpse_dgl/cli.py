@@ -68,6 +68,10 @@ def cli():
 PROG = "gpse-dgl"
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"{PROG}: warning: {str(message).strip().splitlines()[0]}\n"
+
+
 def _fail(message: str, exit_code: int) -> None:
     click.echo(f"{PROG}: error: {message}", err=True)
     sys.exit(exit_code)
@@ -80,8 +84,11 @@ def _first_line(exc: BaseException) -> str:
 
 def main(argv=None):
     """Console-script entry point: run the CLI, turning every user error into one line (see the module doc)."""
+    import warnings
+
     from .utils.errors import GPSEError
 
+    warnings.formatwarning = _one_line_warning  # warnings read like the error lines: one line each
     try:
         cli.main(args=argv, prog_name=PROG, standalone_mode=False)
     except click.exceptions.Abort:

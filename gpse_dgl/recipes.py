@@ -74,6 +74,12 @@ def _positive_split(values: list) -> str | None:
     return None
 
 
+# = gpse_dgl.utils.precision.PRECISIONS (not imported: recipes are read without torch)
+PRECISION_CHOICES = ("fp32", "bf16", "fp16")
+PRECISION_HELP = ("fp32, or mixed bf16 (native on CPUs with avx512_bf16/AMX and on recent GPUs) / fp16 "
+                  "(CUDA only): dense products in that precision, sums, norms, losses, optimiser state "
+                  "and checkpoints in fp32")
+
 _device_string = check_device_name
 
 
@@ -175,6 +181,7 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                              "CUDA, gloo on CPU", choices=("auto", "gloo", "nccl")),
         "sync_batchnorm": Field("bool", False, "under torchrun: BatchNorm statistics over the global "
                                 "batch instead of each process's share"),
+        "precision": Field("choice", "fp32", PRECISION_HELP, choices=PRECISION_CHOICES),
     },
 }
 

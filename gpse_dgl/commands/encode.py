@@ -100,9 +100,12 @@ def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
                    "remaining layers (default 30,20,10,5; -1 = all).")
 @click.option("--directed", is_flag=True,
               help="Use edges exactly as given instead of the simple undirected graph GPSE was trained on.")
+@click.option("--precision", default="fp32", show_default=True,
+              help="fp32, bf16 (native on CPUs with avx512_bf16/AMX and on recent GPUs) or fp16 (CUDA): "
+                   "precision of the dense products; encodings are stored as float32 in every case.")
 @output_options
 def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, device, batch_size, seed,
-            samples, sampled, fanouts, directed):
+            samples, sampled, fanouts, directed, precision):
     """Encode graphs with a pretrained GPSE and save them with ndata['gpse'] to a DGL binary file.
 
     Exactly one input: --dataset, --input or --smiles. Graph datasets are encoded in batches; a large
@@ -133,17 +136,20 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
     from ..utils.distributed import local_device, process_group
     from ..utils.preflight import check_output_file
 
+    from ..utils.precision import resolve_precision
+
     device = resolve_device(device)
+    resolve_precision(precision, device, warn=False)  # a bad name fails before any work
     check_output_file(out_path, "--out")
     with process_group("auto", device) as ctx:  # under torchrun: each process encodes its share
         quiet = contextlib.nullcontext() if ctx.is_main else contextlib.redirect_stderr(open(os.devnull, "w"))
         with quiet:  # rank 0 alone reports
             _encode(local_device(device, ctx), ctx.is_main, checkpoint, dataset, input_path, smiles, smiles_column,
-                    root, out_path, batch_size, seed, samples, sampled, fanouts, directed)
+                    root, out_path, batch_size, seed, samples, sampled, fanouts, directed, precision)
 
 
 def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, batch_size,
-            seed, samples, sampled, fanouts, directed):
+            seed, samples, sampled, fanouts, directed, precision):
     from ..encode import describe_checkpoint, load_gpse
     from ..encode.sharded import encode_dataset_sharded
     from ..utils.progress import is_quiet
@@ -164,7 +170,7 @@ def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_col
     sizes = {"sample_batch_size": batch_size} if sampled else {"batch_size": batch_size}
     encode_dataset_sharded(model, graphs, seed=seed, samples=samples, device=device, undirected=not directed,
                            sampled=sampled, fanouts=fanouts, store="gpse", progress=not is_quiet(),
-                           **{k: v for k, v in sizes.items() if v is not None})
+                           precision=precision, **{k: v for k, v in sizes.items() if v is not None})
     elapsed = max(time.perf_counter() - start, 1e-9)
     if not is_main:  # rank 0 holds every encoding and alone checks and writes them
         return
@@ -174,7 +180,7 @@ def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_col
     if len(graphs) > 1:
         rate = f"{len(graphs) / elapsed:,.1f} graphs/s, {rate}"
     click.echo(f"encoded {plural(len(graphs), 'graph')}, {plural(num_nodes, 'node')} in {elapsed:.2f} s ({rate}) "
-               f"on {device}; wrote {out_path} (ndata['gpse'])", err=True)
+               f"on {device} in {precision}; wrote {out_path} (ndata['gpse'])", err=True)
 
 
 def _check_finite_encodings(graphs) -> None:

@@ -56,3 +56,14 @@ def command():
         ok = dgl_supports(kind)
         click.echo(f"  {dev:<8} {name}; DGL kernels: {'yes' if ok else 'no'}; "
                    f"message passing uses the {resolve_backend('auto', torch.device(dev))!r} backend")
+        click.echo(f"           {_precision_line(dev)}")
+
+
+def _precision_line(device: str) -> str:
+    """Which low precisions run natively on ``device`` and the precision suggested there."""
+    from ..utils.precision import native_support, suggested_precision
+
+    native = native_support(device)
+    state = ", ".join(f"{name} {'native' if ok else 'emulated (slow)' if name == 'bf16' else 'no'}"
+                      for name, ok in native.items())
+    return f"precision: {state}; suggested --precision {suggested_precision(device)}"

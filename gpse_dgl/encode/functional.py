@@ -10,6 +10,8 @@ the eval-mode encoder written out here (``docs/PSE.md``, "Model")::
     out  = normalise(h)
 
 BatchNorm in eval mode is the per-column affine map ``c * scale + shift``; dropout is the identity.
+Under ``torch.autocast`` the products (``@``, ``addmm``) run in the autocast dtype; the affine maps,
+norms and the state ``h`` stay float32 (the affine parameters are float32 and promote the products).
 The functions here are checked against the module's own forward in ``tests/test_encode_large.py``.
 :meth:`EncoderWeights.from_model` reads the tensors of a :class:`~gpse_dgl.nn.gpse.GPSE`.
 

@@ -15,6 +15,10 @@
   features every call (the reference behaviour). ``samples=K`` averages the encodings of ``K``
   independent draws (draw ``k`` uses :func:`~gpse_dgl.encode.graphs.sample_seed`); the average of unit
   vectors is not renormalised.
+* **Precision.** ``precision="bf16"`` (or ``"fp16"`` on a CUDA GPU) runs the dense products in that
+  precision under ``torch.autocast`` while sums, norms and the residual stream stay float32
+  (:mod:`gpse_dgl.utils.precision`); the encodings are float32 in every precision. Within one
+  precision and device a graph's encoding still does not depend on its batch.
 * **Large graphs.** A batch whose plain forward would need more than ``max_forward_bytes`` of
   activations is encoded layer by layer instead (:func:`~gpse_dgl.encode.large_graph.layerwise_forward`,
   exact up to float rounding); :func:`encode_large` and :func:`encode_sampled` are the explicit forms.
@@ -42,6 +46,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..utils.precision import autocast, resolve_precision
 from .functional import EncoderWeights
 from .graphs import as_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
@@ -62,15 +67,16 @@ def _model_device(model) -> torch.device:
 
 
 @contextlib.contextmanager
-def _inference(model, device):
-    """Eval mode and no autograd for the duration; the model's train/eval flag is restored after."""
+def _inference(model, device, precision: str = "fp32"):
+    """Eval mode, no autograd and ``precision``'s autocast for the duration; the model's train/eval
+    flag is restored after."""
     encoder = _encoder(model)
     if device is not None:
         encoder.to(device)
     was_training = encoder.training
     encoder.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), autocast(precision, device if device is not None else _model_device(model)):
             yield encoder
     finally:
         encoder.train(was_training)
@@ -112,11 +118,12 @@ def _draws(encoder, g, x, seed, samples, device):
 
 
 @contextlib.contextmanager
-def _large_graph_inference(model, g, x, seed, samples, device, undirected):
+def _large_graph_inference(model, g, x, seed, samples, device, undirected, precision):
     """Shared setup of :func:`encode_large` and :func:`encode_sampled`: yields ``(encoder weights on the
     device, the prepared graph, the input-feature draws)`` with the model in inference mode."""
     device = torch.device(device) if device is not None else _model_device(model)
-    with _inference(model, device) as encoder:
+    resolve_precision(precision, device)
+    with _inference(model, device, precision) as encoder:
         if x is not None:
             _check_x(x, g, encoder.dim_in, samples)
         prepared = _prepare(g, undirected)
@@ -142,7 +149,7 @@ def _forward(encoder, g, x, device, max_forward_bytes, chunk_edges, progress) ->
 
 def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0, samples: int = 1,
            batch_size: int | None = None, device=None, undirected: bool = True,
-           max_forward_bytes: int = MAX_FORWARD_BYTES) -> torch.Tensor:
+           max_forward_bytes: int = MAX_FORWARD_BYTES, precision: str = "fp32") -> torch.Tensor:
     """GPSE encodings of every node of a graph or batched graph.
 
     Parameters
@@ -165,6 +172,9 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
         Encode the simple undirected version of each graph (default; see the module docstring).
     max_forward_bytes : int
         Activation budget of a plain forward; larger batches are encoded layer by layer.
+    precision : str
+        ``"fp32"`` (default, the reference), ``"bf16"`` or ``"fp16"`` (CUDA only) for the dense
+        products (see the module docstring); the encodings are float32 in every case.
 
     Returns
     -------
@@ -183,7 +193,8 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     device = torch.device(device) if device is not None else _model_device(model)
-    with _inference(model, device) as encoder:
+    resolve_precision(precision, device)
+    with _inference(model, device, precision) as encoder:
         if x is not None:
             _check_x(x, g, encoder.dim_in, samples)
         prepared = _prepare(g, undirected)
@@ -204,14 +215,15 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
 def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
                  samples: int = 1, device=None, undirected: bool = True,
                  chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: bool = False,
-                 shard: bool = False) -> torch.Tensor:
+                 shard: bool = False, precision: str = "fp32") -> torch.Tensor:
     """Exact encodings of a large graph with bounded memory (layer by layer over node chunks).
 
     Same result as :func:`encode` up to float rounding, holding only the current layer's state (see
     :mod:`gpse_dgl.encode.large_graph`). Parameters as in :func:`encode`, plus ``chunk_edges`` (most
     edge gates held at once), ``progress`` (a bar over layers) and ``shard`` (under torchrun: every
     rank calls it with the same graph and computes its share of every layer; see
-    :func:`~gpse_dgl.encode.large_graph.layerwise_forward`).
+    :func:`~gpse_dgl.encode.large_graph.layerwise_forward`). In bf16/fp16 the sources' query and value
+    (``2 x N x d``) take half the memory.
 
     Examples
     --------
@@ -222,7 +234,8 @@ def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: in
     >>> encode_large(model, g).shape
     torch.Size([500, 8])
     """
-    with _large_graph_inference(model, g, x, seed, samples, device, undirected) as (weights, prepared, draws):
+    with _large_graph_inference(model, g, x, seed, samples, device, undirected, precision) as (
+            weights, prepared, draws):
         return _average(layerwise_forward(weights, prepared, xk, chunk_edges=chunk_edges, progress=progress,
                                           shard=shard).cpu()
                         for xk in draws)
@@ -231,7 +244,7 @@ def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: in
 def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
                    samples: int = 1, fanouts: Sequence[int] = DEFAULT_FANOUTS, batch_size: int | None = None,
                    device=None, undirected: bool = True, nodes: torch.Tensor | None = None,
-                   progress: bool = False) -> torch.Tensor:
+                   progress: bool = False, precision: str = "fp32") -> torch.Tensor:
     """Approximate encodings from neighbour-sampled computation graphs (DGL's MultiLayerNeighborSampler).
 
     ``fanouts`` lists the neighbours sampled per node, nearest hop (the last layer) first, the last
@@ -252,7 +265,8 @@ def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: 
     >>> encode_sampled(model, dgl.rand_graph(300, 1500), fanouts=(10, 5), batch_size=128).shape
     torch.Size([300, 8])
     """
-    with _large_graph_inference(model, g, x, seed, samples, device, undirected) as (weights, prepared, draws):
+    with _large_graph_inference(model, g, x, seed, samples, device, undirected, precision) as (
+            weights, prepared, draws):
         return _average(
             sampled_forward(weights, prepared, xk, fanouts=fanouts, batch_size=batch_size,
                             seed=None if seed is None else sample_seed(seed, k), nodes=nodes,
@@ -282,7 +296,7 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
                    samples: int = 1, progress: bool = True, device=None, undirected: bool = True,
                    store: str | None = None, sampled: bool = False, fanouts: Sequence[int] | None = None,
                    sample_batch_size: int | None = None, max_forward_bytes: int = MAX_FORWARD_BYTES,
-                   chunk_edges: int = DEFAULT_CHUNK_EDGES) -> list:
+                   chunk_edges: int = DEFAULT_CHUNK_EDGES, precision: str = "fp32") -> list:
     """GPSE encodings of every graph of a dataset, batched.
 
     Parameters
@@ -293,7 +307,7 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
         The graphs (a node-level dataset has one), without virtual nodes.
     batch_size : int
         Graphs per forward pass. Does not change the result.
-    seed, samples, device, undirected, max_forward_bytes
+    seed, samples, device, undirected, max_forward_bytes, precision
         As in :func:`encode`.
     progress : bool
         Show a progress bar over graphs (and over layers for a large graph).
@@ -328,6 +342,7 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     graphs = list(graphs)
     device = torch.device(device) if device is not None else _model_device(model)
+    resolve_precision(precision, device, warn=False)  # fail before any work; encode() warns
     dim = _encoder(model).dim_hidden
     out: list = [None] * len(graphs)
     bar = _bar(len(graphs), progress)
@@ -336,18 +351,19 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
             for i, g in enumerate(graphs):
                 out[i] = encode_sampled(model, g, seed=seed, samples=samples, fanouts=fanouts or DEFAULT_FANOUTS,
                                         batch_size=sample_batch_size, device=device, undirected=undirected,
-                                        progress=progress and len(graphs) == 1)
+                                        progress=progress and len(graphs) == 1, precision=precision)
                 _advance(bar, [g])
         else:
             for group in _batches(graphs, batch_size, device, dim, max_forward_bytes):
                 members = [graphs[i] for i in group]
                 if len(group) == 1 and forward_bytes(members[0], dim, device) > max_forward_bytes:
                     encodings = [encode_large(model, members[0], seed=seed, samples=samples, device=device,
-                                              undirected=undirected, chunk_edges=chunk_edges, progress=progress)]
+                                              undirected=undirected, chunk_edges=chunk_edges, progress=progress,
+                                              precision=precision)]
                 else:
                     batch = dgl.batch([_prepare(g, undirected) for g in members])
                     joined = encode(model, batch, seed=seed, samples=samples, device=device, undirected=False,
-                                    max_forward_bytes=max_forward_bytes)
+                                    max_forward_bytes=max_forward_bytes, precision=precision)
                     encodings = joined.split([g.num_nodes() for g in members])
                 for i, enc in zip(group, encodings):
                     out[i] = enc

@@ -54,6 +54,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..utils.precision import to_accumulation
 from .functional import EncoderWeights, gated_conv, layer_update
 
 __all__ = ["DEFAULT_CHUNK_EDGES", "DEFAULT_FANOUTS", "virtual_node_edges", "layerwise_forward",
@@ -176,7 +177,7 @@ def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
         for chunk in mine:
             h_dst = h[chunk.start:chunk.stop]
             key, skip = layer.destination_projections(h_dst)
-            conv = skip
+            conv = to_accumulation(skip)  # float32 sum when the products ran in bf16/fp16 (autocast)
             for block in chunk.blocks:
                 conv = conv.add_(gated_conv(block, query, value, key))
             # Sources of later chunks read query/value computed above, so h can be updated in place.
@@ -323,7 +324,8 @@ def _sampled_batches(weights, loader, x, total, n, nodes, progress):
                 num_dst = block.num_dst_nodes()
                 query, value = layer.source_projections(h)
                 key, skip = layer.destination_projections(h[:num_dst])
-                h = layer_update(h[:num_dst], skip.add_(gated_conv(block, query, value, key)), layer.norm)
+                conv = to_accumulation(skip).add_(gated_conv(block, query, value, key))
+                h = layer_update(h[:num_dst], conv, layer.norm)
             # shuffle=False: mini-batches are consecutive slices of ``nodes``
             out[start:start + len(output_nodes)] = weights.finish(h)
             start += len(output_nodes)

@@ -12,7 +12,16 @@ import dgl
 
 from . import ops
 
-__all__ = ["ResGatedConv"]
+__all__ = ["ResGatedConv", "product_dtype"]
+
+
+def product_dtype(feat: torch.Tensor) -> torch.dtype:
+    """The dtype of dense products on ``feat``: the autocast dtype where autocast is on for its device
+    (as ``F.linear`` would pick), else ``feat``'s own."""
+    device_type = feat.device.type
+    if feat.is_floating_point() and torch.is_autocast_enabled(device_type):
+        return torch.get_autocast_dtype(device_type)
+    return feat.dtype
 
 
 class ResGatedConv(nn.Module):
@@ -39,6 +48,9 @@ class ResGatedConv(nn.Module):
     ``None``/``"auto"`` selects for this op) a chunked torch kernel that recomputes the gates in
     backward instead of storing ``(E, out_feats)`` tensors. Without autograd the four products are
     written into one reusable buffer and the messages are accumulated onto the skip term in place.
+
+    Under ``torch.autocast`` the four products run in the autocast dtype (bf16/fp16) and the
+    aggregation, with the skip term, in float32: the output is float32 (see :func:`product_dtype`).
 
     Parameters
     ----------
@@ -92,10 +104,14 @@ class ResGatedConv(nn.Module):
     def extra_repr(self) -> str:
         return f"{self.in_feats}, {self.out_feats}, bias={self.bias is not None}, backend={self.backend!r}"
 
-    def _block(self, i: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _block(self, i: int, weight=None, kqv_bias=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Rows of map ``i`` (key, query, value, skip) of ``weight`` / ``kqv_bias`` (default: the
+        parameters)."""
+        weight = self.weight if weight is None else weight
+        kqv_bias = self.kqv_bias if kqv_bias is None else kqv_bias
         d = self.out_feats
-        w = self.weight[i * d:(i + 1) * d]
-        b = self.kqv_bias[i * d:(i + 1) * d] if i < 3 else None
+        w = weight[i * d:(i + 1) * d]
+        b = kqv_bias[i * d:(i + 1) * d] if i < 3 else None
         return w, b
 
     def _project(self, feat_src, feat_dst, workspace):
@@ -112,14 +128,19 @@ class ResGatedConv(nn.Module):
                     F.linear(feat_dst, ws))
         # No autograd: write the four products into one (4, n, d) buffer (reused across layers by the
         # caller through ``workspace``) so every part is contiguous and no large tensor is allocated.
+        # Autocast does not apply to ``out=`` products, so its dtype is applied here explicitly.
         d = self.out_feats
         n = max(feat_src.shape[0], feat_dst.shape[0])
+        dtype = product_dtype(feat_src)
         if (workspace is None or workspace.shape[1:] != (n, d) or workspace.shape[0] < 4
-                or workspace.dtype != feat_src.dtype or workspace.device != feat_src.device):
-            workspace = feat_src.new_empty((4, n, d))
+                or workspace.dtype != dtype or workspace.device != feat_src.device):
+            workspace = feat_src.new_empty((4, n, d), dtype=dtype)
+        weight, kqv_bias = self.weight.to(dtype), self.kqv_bias.to(dtype)
+        sources = {id(t): t.to(dtype) for t in (feat_src, feat_dst)}  # one cast when src is dst
         parts = []
-        for i, x in enumerate((feat_dst, feat_src, feat_src, feat_dst)):
-            w, b = self._block(i)
+        for i, feat in enumerate((feat_dst, feat_src, feat_src, feat_dst)):
+            x = sources[id(feat)]
+            w, b = self._block(i, weight, kqv_bias)
             out = workspace[i, : x.shape[0]]
             if b is None:
                 torch.mm(x, w.t(), out=out)
@@ -157,7 +178,8 @@ class ResGatedConv(nn.Module):
         if torch.is_grad_enabled() and any(t.requires_grad for t in (key, query, value, skip)):
             out = ops.gated_sum(graph, key, query, value, backend=self.backend) + skip
             return out + self.bias if self.bias is not None else out
-        # No autograd: accumulate the messages into the skip term in place.
+        # No autograd: accumulate the messages into the skip term in place (into a float32 copy of it
+        # when the products ran in bf16/fp16).
         out = ops.gated_sum(graph, key, query, value, backend=self.backend, out=skip)
         if self.bias is not None:
             out += self.bias

@@ -30,7 +30,8 @@ import torch.nn.functional as F
 from .. import _env  # noqa: F401
 import dgl
 
-from .gated_conv import ResGatedConv
+from ..utils.precision import to_accumulation
+from .gated_conv import ResGatedConv, product_dtype
 from .random_features import random_node_features
 from .virtual_node import VirtualNodeInfo, add_virtual_nodes, no_virtual_nodes, pool
 
@@ -75,6 +76,10 @@ class GPSE(nn.Module):
     bias, and the convolutions (:class:`~gpse_dgl.nn.gated_conv.ResGatedConv`) have no output bias.
     This is exactly the order of PyG's ``GPSE`` (``GeneralLayer``: layer -> BatchNorm -> Dropout ->
     activation -> L2 norm; ``GNNStackStage`` with ``skipsum`` and a final L2 norm).
+
+    Under ``torch.autocast`` (bf16/fp16) only :math:`W_0 x` and the convolutions' products run in the
+    low precision: the BatchNorms, the L2 norms and the residual stream :math:`h` are float32, and so
+    is the output.
 
     Parameters
     ----------
@@ -195,7 +200,7 @@ class GPSE(nn.Module):
             x = torch.cat([x, x.new_zeros(info.num_virtual, self.dim_in)])
         grad = _wants_grad(x, *self.parameters())
 
-        h = self.pre_linear(x)
+        h = to_accumulation(self.pre_linear(x))  # float32 BatchNorm and residual stream under autocast
         h = self.dropout(self.pre_norm(h))
         h = F.normalize(F.relu(h), p=2.0, dim=1)
         if grad:
@@ -204,7 +209,8 @@ class GPSE(nn.Module):
                 h = h + F.normalize(y, p=2.0, dim=1)
             return F.normalize(h, p=2.0, dim=1), info
         # No autograd: same operations, in place where possible, one shared projection buffer.
-        workspace = h.new_empty((4, h.shape[0], self.dim_hidden)) if self.num_layers else None
+        workspace = (h.new_empty((4, h.shape[0], self.dim_hidden), dtype=product_dtype(h))
+                     if self.num_layers else None)
         for conv, norm in zip(self.convs, self.norms):
             y = conv(aug, h, workspace=workspace)
             y = self.dropout(_batch_norm_(y, norm)).relu_()
@@ -318,14 +324,14 @@ class GPSEHeads(nn.Module):
         """``(N, D)`` encodings of real nodes -> ``(N, K)`` node-level predictions."""
         k, hd, d = self.num_node_targets, self.node_hidden, self.dim_in
         z = F.linear(h_real, self.node_hidden_weight.reshape(k * hd, d), self.node_hidden_bias.reshape(k * hd))
-        z = F.relu(self.dropout(z)).view(-1, k, hd)
+        z = F.relu(self.dropout(to_accumulation(z))).view(-1, k, hd)  # float32 norms under autocast
         z = F.normalize(z, p=2.0, dim=2)
         return (z * self.node_out_weight).sum(-1) + self.node_out_bias
 
     def graph_forward(self, pooled: torch.Tensor) -> torch.Tensor:
         """``(B, D)`` pooled states -> ``(B, num_graph_targets)`` graph-level predictions."""
-        z = F.relu(self.dropout(self.graph_hidden_layer(pooled)))
-        return self.graph_out(F.normalize(z, p=2.0, dim=1))
+        z = F.relu(self.dropout(to_accumulation(self.graph_hidden_layer(pooled))))  # float32 norm under autocast
+        return to_accumulation(self.graph_out(F.normalize(z, p=2.0, dim=1)))
 
     def forward(self, h: torch.Tensor, info: VirtualNodeInfo) -> tuple[torch.Tensor, torch.Tensor]:
         """``h`` from :meth:`GPSE.forward_all` -> ``(node_pred (N, K), graph_pred (B, num_graph_targets))``."""

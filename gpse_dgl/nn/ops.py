@@ -14,6 +14,11 @@ the ``GPSE_DGL_BACKEND`` environment variable. The two backends are tested again
 All functions take a ``DGLGraph`` (which may stay on the CPU) and tensors on any device; the edge
 index is copied to the tensors' device once and cached on the graph object.
 
+Low precision: sums over edges or rows (aggregations, readouts, softmax denominators) accumulate in
+float32 when their inputs are bf16 or fp16 (:func:`gpse_dgl.utils.precision.accumulation_dtype`) and
+return float32, so under ``torch.autocast`` only the dense products around them run in low precision.
+Per-edge results without a sum (``u_add_v``, ``copy_u``) keep their inputs' dtype.
+
 Example
 -------
 >>> import dgl, torch
@@ -32,6 +37,8 @@ import torch
 
 from .. import _env  # noqa: F401
 import dgl
+
+from ..utils.precision import accumulation_dtype, to_accumulation
 
 BACKENDS = ("auto", "dgl", "torch")
 
@@ -79,8 +86,21 @@ def _dgl_graph_on(graph: dgl.DGLGraph, device: torch.device) -> dgl.DGLGraph:
 
 
 def _scatter_sum(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    values = to_accumulation(values)  # float32 sums for bf16/fp16 values
     out = values.new_zeros((size,) + values.shape[1:])
     return out.index_add_(0, index, values)
+
+
+def _dgl_kernel(kernel, graph, *tensors):
+    """``kernel(graph on the tensors' device, *tensors)`` with float32 accumulation.
+
+    bf16/fp16 inputs are converted to float32 at this boundary and autocast is off inside: the sums of
+    DGL's kernels accumulate in their input dtype, and DGL 1.1.3 casts the inputs of its kernels to the
+    autocast dtype under CUDA autocast.
+    """
+    device = tensors[0].device
+    with torch.autocast(device.type, enabled=False):
+        return kernel(_dgl_graph_on(graph, device), *(to_accumulation(t) for t in tensors))
 
 
 def u_add_v(graph, src_feat, dst_feat, backend=None):
@@ -94,9 +114,9 @@ def u_add_v(graph, src_feat, dst_feat, backend=None):
 def u_dot_v(graph, src_feat, dst_feat, backend=None):
     """Per edge dot product over the last dim, keeping it as size 1 (``(E, ..., 1)``)."""
     if resolve_backend(backend, src_feat.device) == "dgl":
-        return dgl.ops.u_dot_v(_dgl_graph_on(graph, src_feat.device), src_feat, dst_feat)
+        return _dgl_kernel(dgl.ops.u_dot_v, graph, src_feat, dst_feat)
     src, dst = edge_index(graph, src_feat.device)
-    return (src_feat[src] * dst_feat[dst]).sum(-1, keepdim=True)
+    return (to_accumulation(src_feat)[src] * to_accumulation(dst_feat)[dst]).sum(-1, keepdim=True)
 
 
 def copy_u(graph, src_feat, backend=None):
@@ -114,7 +134,7 @@ def copy_v(graph, dst_feat, backend=None):
 def copy_u_sum(graph, src_feat, backend=None):
     """``out[v] = sum_{u -> v} src_feat[u]``."""
     if resolve_backend(backend, src_feat.device) == "dgl":
-        return dgl.ops.copy_u_sum(_dgl_graph_on(graph, src_feat.device), src_feat)
+        return _dgl_kernel(dgl.ops.copy_u_sum, graph, src_feat)
     src, dst = edge_index(graph, src_feat.device)
     return _scatter_sum(src_feat[src], dst, graph.num_dst_nodes())
 
@@ -122,16 +142,16 @@ def copy_u_sum(graph, src_feat, backend=None):
 def copy_u_mean(graph, src_feat, backend=None):
     """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges)."""
     if resolve_backend(backend, src_feat.device) == "dgl":
-        return dgl.ops.copy_u_mean(_dgl_graph_on(graph, src_feat.device), src_feat)
+        return _dgl_kernel(dgl.ops.copy_u_mean, graph, src_feat)
     total = copy_u_sum(graph, src_feat, backend="torch")
-    deg = in_degrees(graph, src_feat.device).clamp(min=1).to(src_feat.dtype)
+    deg = in_degrees(graph, src_feat.device).clamp(min=1).to(total.dtype)
     return total / deg.view(-1, *([1] * (total.dim() - 1)))
 
 
 def copy_e_sum(graph, edge_feat, backend=None):
     """``out[v] = sum_{e = (u, v)} edge_feat[e]``."""
     if resolve_backend(backend, edge_feat.device) == "dgl":
-        return dgl.ops.copy_e_sum(_dgl_graph_on(graph, edge_feat.device), edge_feat)
+        return _dgl_kernel(dgl.ops.copy_e_sum, graph, edge_feat)
     _, dst = edge_index(graph, edge_feat.device)
     return _scatter_sum(edge_feat, dst, graph.num_dst_nodes())
 
@@ -139,7 +159,7 @@ def copy_e_sum(graph, edge_feat, backend=None):
 def u_mul_e_sum(graph, src_feat, edge_feat, backend=None):
     """``out[v] = sum_{e = (u, v)} src_feat[u] * edge_feat[e]`` (broadcasting like DGL)."""
     if resolve_backend(backend, src_feat.device) == "dgl":
-        return dgl.ops.u_mul_e_sum(_dgl_graph_on(graph, src_feat.device), src_feat, edge_feat)
+        return _dgl_kernel(dgl.ops.u_mul_e_sum, graph, src_feat, edge_feat)
     src, dst = edge_index(graph, src_feat.device)
     return _scatter_sum(src_feat[src] * edge_feat, dst, graph.num_dst_nodes())
 
@@ -161,7 +181,8 @@ def edge_softmax(graph, logits, backend=None):
     if resolve_backend(backend, logits.device) == "dgl":
         from dgl.nn.functional import edge_softmax as _edge_softmax
 
-        return _edge_softmax(_dgl_graph_on(graph, logits.device), logits)
+        return _dgl_kernel(_edge_softmax, graph, logits)
+    logits = to_accumulation(logits)
     _, dst = edge_index(graph, logits.device)
     n = graph.num_dst_nodes()
     idx = dst.view(-1, *([1] * (logits.dim() - 1))).expand_as(logits)
@@ -200,7 +221,8 @@ def segment_reduce(feat: torch.Tensor, segment: torch.Tensor, num_segments: int,
     counts = torch.bincount(segment, minlength=num_segments)
     shape = (-1,) + (1,) * (feat.dim() - 1)
     if op == "mean":
-        return _scatter_sum(feat, segment, num_segments) / counts.clamp(min=1).to(feat.dtype).view(shape)
+        total = _scatter_sum(feat, segment, num_segments)
+        return total / counts.clamp(min=1).to(total.dtype).view(shape)
     if op == "max":
         idx = segment.view(shape).expand_as(feat)
         out = feat.new_full((num_segments,) + feat.shape[1:], float("-inf"))
@@ -243,14 +265,18 @@ def _dst_chunks(graph: dgl.DGLGraph, device: torch.device, chunk_edges: int):
 
 
 def _gated_forward(chunks, dst_gate, src_gate, src_feat, out):
+    """Add the gated messages to ``out``; gates and messages are computed in ``out``'s dtype (float32
+    for bf16/fp16 inputs, whose rows are gathered in their own dtype, half the bytes)."""
     if not chunks:
         return out
     rows = max(len(c[2]) for c in chunks)
-    buf1 = src_feat.new_empty((rows,) + src_feat.shape[1:])
-    buf2 = torch.empty_like(buf1)
+    buf1 = out.new_empty((rows,) + src_feat.shape[1:])
+    same = src_feat.dtype == out.dtype
+    buf2 = torch.empty_like(buf1) if same else src_feat.new_empty(buf1.shape)
     for a, b, s, d in chunks:
         n = len(s)
-        msg = torch.index_select(src_gate, 0, s, out=buf1[:n])
+        msg = torch.index_select(src_gate, 0, s, out=(buf1 if same else buf2)[:n])
+        msg = msg if same else buf1[:n].copy_(msg)
         msg.add_(torch.index_select(dst_gate[a:b], 0, d, out=buf2[:n])).sigmoid_()
         msg.mul_(torch.index_select(src_feat, 0, s, out=buf2[:n]))
         out[a:b].index_add_(0, d, msg)
@@ -264,31 +290,35 @@ class _GatedSum(torch.autograd.Function):
     def forward(ctx, dst_gate, src_gate, src_feat, chunks, num_dst):
         ctx.chunks = chunks
         ctx.save_for_backward(dst_gate, src_gate, src_feat)
-        out = src_feat.new_zeros((num_dst,) + src_feat.shape[1:])
+        out = src_feat.new_zeros((num_dst,) + src_feat.shape[1:], dtype=accumulation_dtype(src_feat.dtype))
         return _gated_forward(chunks, dst_gate, src_gate, src_feat, out)
 
     @staticmethod
     def backward(ctx, grad_out):
         dst_gate, src_gate, src_feat = ctx.saved_tensors
-        grad_out = grad_out.contiguous()
+        # gates and gradient sums in float32 for bf16/fp16 inputs; the results take the inputs' dtypes
+        acc = accumulation_dtype(src_feat.dtype)
+        grad_out = grad_out.to(acc).contiguous()
         need_k, need_q, need_v = ctx.needs_input_grad[:3]
-        grad_k = torch.zeros_like(dst_gate) if need_k else None
-        grad_q = torch.zeros_like(src_gate) if need_q else None
-        grad_v = torch.zeros_like(src_feat) if need_v else None
+        grad_k = torch.zeros_like(dst_gate, dtype=acc) if need_k else None
+        grad_q = torch.zeros_like(src_gate, dtype=acc) if need_q else None
+        grad_v = torch.zeros_like(src_feat, dtype=acc) if need_v else None
         for a, b, s, d in ctx.chunks:
-            gate = src_gate.index_select(0, s).add_(dst_gate[a:b].index_select(0, d)).sigmoid_()
+            gate = to_accumulation(src_gate.index_select(0, s)).add_(dst_gate[a:b].index_select(0, d)).sigmoid_()
             g = grad_out[a:b].index_select(0, d)
             if need_v:
                 grad_v.index_add_(0, s, gate * g)
             if need_k or need_q:
                 # d out / d z = g * v[u] * sigmoid'(z),  sigmoid'(z) = gate * (1 - gate)
-                dz = src_feat.index_select(0, s).mul_(g).mul_(gate)
+                dz = to_accumulation(src_feat.index_select(0, s)).mul_(g).mul_(gate)
                 dz.sub_(dz * gate)
                 if need_k:
                     grad_k[a:b].index_add_(0, d, dz)
                 if need_q:
                     grad_q.index_add_(0, s, dz)
-        return grad_k, grad_q, grad_v, None, None
+        return (None if grad_k is None else grad_k.to(dst_gate.dtype),
+                None if grad_q is None else grad_q.to(src_gate.dtype),
+                None if grad_v is None else grad_v.to(src_feat.dtype), None, None)
 
 
 def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=None, out=None):
@@ -311,14 +341,22 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
 
     If ``out`` (``(num_dst_nodes, ...)``) is given the sum is added to it: in place without autograd,
     as ``out + sum`` with autograd. Returns the result.
+
+    bf16/fp16 inputs: the gates, messages and sums are float32 (rows are gathered in the inputs'
+    dtype), the result is float32, and a low-precision ``out`` is first copied to float32. The
+    ``sigmoid`` gate needs no epsilon (unlike normalised gated aggregations such as graphium's
+    GatedGCN, whose ``1e-6`` had to grow for fp16): nothing is divided.
     """
     backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
     backend = "torch" if backend == "auto" else resolve_backend(backend, src_feat.device)
     needs_grad = torch.is_grad_enabled() and (
         dst_gate.requires_grad or src_gate.requires_grad or src_feat.requires_grad
         or (out is not None and out.requires_grad))
+    if out is not None:
+        out = to_accumulation(out)
     if backend == "dgl":
-        gate = u_add_v(graph, src_gate, dst_gate, backend="dgl").sigmoid_()
+        # float32 gates for bf16/fp16 inputs (converted at the DGL boundary)
+        gate = _dgl_kernel(dgl.ops.u_add_v, graph, src_gate, dst_gate).sigmoid_()
         agg = u_mul_e_sum(graph, src_feat, gate, backend="dgl")
     else:
         if chunk_edges is None:
@@ -328,7 +366,8 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
         dst_gate, src_gate, src_feat = dst_gate.contiguous(), src_gate.contiguous(), src_feat.contiguous()
         if not needs_grad:
             if out is None:
-                out = src_feat.new_zeros((graph.num_dst_nodes(),) + src_feat.shape[1:])
+                out = src_feat.new_zeros((graph.num_dst_nodes(),) + src_feat.shape[1:],
+                                         dtype=accumulation_dtype(src_feat.dtype))
             return _gated_forward(chunks, dst_gate, src_gate, src_feat, out)
         agg = _GatedSum.apply(dst_gate, src_gate, src_feat, chunks, graph.num_dst_nodes())
     if out is None:

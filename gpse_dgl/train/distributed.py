@@ -35,7 +35,7 @@ import torch
 from ..utils.distributed import Context, gather_rows, per_rank_batch_size, shard_range
 
 __all__ = ["BatchShare", "num_global_batches", "global_batches", "sharded_batches", "data_parallel",
-           "gather_batch", "backward", "NoWriter"]
+           "gather_batch", "ddp_loss", "NoWriter"]
 
 
 @dataclass(frozen=True)
@@ -123,6 +123,7 @@ class NoWriter:
         pass
 
 
-def backward(loss: torch.Tensor, ctx: Context) -> None:
-    """Back-propagate a global-batch loss; DDP divides the summed gradients by the world size."""
-    (loss * ctx.world_size if ctx.is_distributed else loss).backward()
+def ddp_loss(loss: torch.Tensor, ctx: Context) -> torch.Tensor:
+    """What to back-propagate for a global-batch loss: DDP divides the summed gradients by the world
+    size, so each rank's copy is multiplied by it (the gradient is then the global batch's)."""
+    return loss * ctx.world_size if ctx.is_distributed else loss

@@ -69,9 +69,11 @@ from ..utils import distributed as dist_utils
 from ..utils.errors import CheckpointError, RecipeError
 from ..utils.io import atomic_write_text
 from . import checkpoint as ckpt
+from ..utils.precision import to_accumulation
 from . import distributed as data_parallel
-from .metrics import HIGHER_IS_BETTER, score
 from .features import default_cache_dir
+from .metrics import HIGHER_IS_BETTER, score
+from .mixed_precision import MixedPrecision
 from .rundir import RunDirectory, check_resumed_recipe
 from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
                       tqdm_write, write_json)
@@ -227,7 +229,8 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
     if data["node_feat_from_edges"]:
         graphs = [_edge_mean_features(g, dataset.edge_feat_key or "feat") for g in graphs]
         node_feat, node_kind = "feat_from_edges", "float"
-    table, info = load_features(graphs, dataset.name, recipe["model"]["pe"], cache_dir=data["cache_dir"],
+    pe_recipe = dict(recipe["model"]["pe"], precision=recipe["general_pipeline"]["precision"])
+    table, info = load_features(graphs, dataset.name, pe_recipe, cache_dir=data["cache_dir"],
                                 device=device, progress=progress, log_fn=log)
     return Prepared(dataset, graphs, dataset.labels, spec, table, node_feat, edge_feat, node_kind, edge_kind,
                     info)
@@ -607,6 +610,7 @@ class _Trainer:
         self.dist = dist_utils.current()
         # what training steps call: the DDP wrapper under torchrun (train/distributed.py), else model
         self.trained = data_parallel.data_parallel(model, self.dist, device, self.general["sync_batchnorm"])
+        self.mixed = MixedPrecision(self.general["precision"], device)
 
     def _target_scaling(self) -> tuple[torch.Tensor | float, torch.Tensor | float]:
         """Mean and std of the training targets (per column) when standardising, else ``(0, 1)``."""
@@ -714,10 +718,8 @@ class _Trainer:
     def _step(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         loss = compute_loss(self.spec.loss, pred, self._standardize(target).to(pred.device))
         self.optimizer.zero_grad(set_to_none=True)
-        data_parallel.backward(loss, self.dist)
-        if self.general["clip_grad_norm"] is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.general["clip_grad_norm"])
-        self.optimizer.step()
+        self.mixed.backward_and_step(data_parallel.ddp_loss(loss, self.dist), self.optimizer,
+                                     self.model.parameters(), self.general["clip_grad_norm"])
         return loss.detach()
 
     def _train_graph_batches(self, generator: torch.Generator):
@@ -851,9 +853,9 @@ class _Trainer:
         if pe is not None:
             pe = pe.float()
         model = self.trained if self.model.training else self.model
-        if self.pe_only:
-            return model(graph, pe, ef)
-        return model(graph, nf, ef, pe)
+        with self.mixed.autocast():
+            out = model(graph, pe, ef) if self.pe_only else model(graph, nf, ef, pe)
+        return to_accumulation(out)  # losses and scores in float32
 
     def _pe_rows(self, indices):
         table = self.prepared.table

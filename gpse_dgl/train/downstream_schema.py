@@ -29,6 +29,7 @@ from typing import Any, Iterable, Mapping
 
 
 from ..recipes import Field, apply_overrides, key_origin, read_recipe_file, validate_recipe
+from ..recipes import PRECISION_CHOICES, PRECISION_HELP
 from ..utils.devices import check_device_name
 from ..utils.errors import RecipeError
 from ..utils.text import did_you_mean
@@ -201,6 +202,8 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
                              "CUDA, gloo on CPU", choices=("auto", "gloo", "nccl")),
         "sync_batchnorm": Field("bool", False, "under torchrun: BatchNorm statistics over the global "
                                 "batch instead of each process's share"),
+        "precision": Field("choice", "fp32", PRECISION_HELP + " (also for the GPSE encodings computed for "
+                           "pe.source: gpse)", choices=PRECISION_CHOICES),
     },
 }
 

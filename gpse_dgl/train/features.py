@@ -128,6 +128,8 @@ def feature_settings(pe_recipe: dict) -> dict:
         if pe_recipe["gpse_sampled"]:
             settings["gpse_fanouts"] = [int(f) for f in pe_recipe["gpse_fanouts"]]
         settings["storage"] = pe_recipe["storage"]
+        if pe_recipe.get("precision", "fp32") != "fp32":  # fp32 keys stay those of earlier caches
+            settings["precision"] = pe_recipe["precision"]
         return settings
     return {"storage": pe_recipe.get("storage", "float32")} if source != "none" else {}
 
@@ -185,11 +187,12 @@ def random_features(graphs: Sequence, dim: int = 20, seed: int = 0) -> NodeTable
 
 def gpse_features(graphs: Sequence, checkpoint: str | None = None, *, model=None, seed: int = 0,
                   samples: int = 1, batch_size: int = 256, sampled: bool = False,
-                  fanouts: Sequence[int] | None = None, device=None, progress: bool = False) -> NodeTable:
+                  fanouts: Sequence[int] | None = None, device=None, progress: bool = False,
+                  precision: str = "fp32") -> NodeTable:
     """Encodings of a pretrained GPSE (``model``, or loaded from ``checkpoint``; None = shipped default).
 
     Seeded per graph (:func:`gpse_dgl.encode.encode_dataset`), so the result does not depend on the
-    batch size or the order of ``graphs``.
+    batch size or the order of ``graphs``; ``precision`` as in :func:`gpse_dgl.encode.encode`.
     """
     from ..encode import encode_dataset, load_gpse
 
@@ -197,14 +200,14 @@ def gpse_features(graphs: Sequence, checkpoint: str | None = None, *, model=None
         model = load_gpse(checkpoint, device=device or "cpu")
     encodings = encode_dataset(model, list(graphs), batch_size=batch_size, seed=seed, samples=samples,
                                progress=progress, device=device, sampled=sampled,
-                               fanouts=[int(f) for f in fanouts] if fanouts else None)
+                               fanouts=[int(f) for f in fanouts] if fanouts else None, precision=precision)
     return NodeTable.from_list(encodings)
 
 
 def compute_features(graphs: Sequence, source: str, *, random_dim: int = 20, random_seed: int = 0,
                      checkpoint: str | None = None, gpse_seed: int = 0, gpse_samples: int = 1,
                      gpse_batch_size: int = 256, gpse_sampled: bool = False, gpse_fanouts=None,
-                     device=None, progress: bool = False) -> NodeTable | None:
+                     device=None, progress: bool = False, gpse_precision: str = "fp32") -> NodeTable | None:
     """The encoding ``source`` of every graph (None for ``"none"``), without caching.
 
     Parameters
@@ -215,7 +218,7 @@ def compute_features(graphs: Sequence, source: str, *, random_dim: int = 20, ran
         One of :data:`SOURCES`.
     random_dim, random_seed
         Width and seed of ``"random"`` features.
-    checkpoint, gpse_seed, gpse_samples, gpse_batch_size, gpse_sampled, gpse_fanouts
+    checkpoint, gpse_seed, gpse_samples, gpse_batch_size, gpse_sampled, gpse_fanouts, gpse_precision
         ``"GPSE"``: checkpoint path (None = shipped default) and the options of
         :func:`gpse_dgl.encode.encode_dataset`.
     device : str or torch.device, optional
@@ -231,7 +234,7 @@ def compute_features(graphs: Sequence, source: str, *, random_dim: int = 20, ran
     if source == "GPSE":
         return gpse_features(graphs, checkpoint, seed=gpse_seed, samples=gpse_samples,
                              batch_size=gpse_batch_size, sampled=gpse_sampled, fanouts=gpse_fanouts,
-                             device=device, progress=progress)
+                             device=device, progress=progress, precision=gpse_precision)
     return pse_features(graphs, PSE_COMPONENTS[source], progress=progress)
 
 
@@ -298,7 +301,8 @@ def _compute_options(pe_recipe: dict) -> dict:
     return {"random_dim": pe_recipe["random_dim"], "random_seed": pe_recipe["random_seed"],
             "checkpoint": pe_recipe["checkpoint"], "gpse_seed": pe_recipe["gpse_seed"],
             "gpse_samples": pe_recipe["gpse_samples"], "gpse_batch_size": pe_recipe["gpse_batch_size"],
-            "gpse_sampled": pe_recipe["gpse_sampled"], "gpse_fanouts": pe_recipe["gpse_fanouts"]}
+            "gpse_sampled": pe_recipe["gpse_sampled"], "gpse_fanouts": pe_recipe["gpse_fanouts"],
+            "gpse_precision": pe_recipe.get("precision", "fp32")}
 
 
 def cache_location(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_dir=None) -> tuple[Path, dict]:

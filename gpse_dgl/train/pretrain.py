@@ -42,6 +42,7 @@ from . import checkpoint as ckpt
 from . import distributed as data_parallel
 from .data import PretrainingData, build_pretraining_data, default_cache_dir, describe_sizes
 from .metrics import R2Accumulator
+from .mixed_precision import MixedPrecision
 from .rundir import RunDirectory, check_resumed_recipe
 from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
                       tqdm_write, write_json)
@@ -144,6 +145,7 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
          ctx: dist_utils.Context = dist_utils.Context()) -> dict:
     general = recipe["general_pipeline"]
     device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
+    mixed = MixedPrecision(general["precision"], device)  # a precision the device lacks fails here
     data = build_pretraining_data(recipe["data"], progress=progress, log=log)
     log(f"data: {describe_sizes(data)}; ready after {time.perf_counter() - started:.1f} s")
     model_config = model_config_from_recipe(recipe["model"], data)
@@ -154,7 +156,8 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     scheduler = build_scheduler(optimizer, general, steps_per_epoch)
     state = TrainState()
     if resume:
-        state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler, allow_recipe_change)
+        state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler, allow_recipe_change,
+                         mixed)
         # the restored schedule object carries the checkpoint's lengths: take the recipe's (which may
         # have changed, e.g. more epochs) or the fitted one
         set_schedule_length(scheduler, general, steps_per_epoch, state.num_epochs or general["num_epochs"])
@@ -173,7 +176,7 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     writer = (SummaryWriter(str(paths.tensorboard), purge_step=state.epoch * steps_per_epoch + 1)
               if ctx.is_main else data_parallel.NoWriter())
     run = _Run(recipe, data, model, model_config, optimizer, scheduler, state, eval_batches, paths,
-               writer, device, progress, log, started, ctx,
+               writer, device, progress, log, started, mixed, ctx,
                data_parallel.data_parallel(model, ctx, device, general["sync_batchnorm"]))
     if ctx.is_distributed:
         log(f"data-parallel: {ctx.world_size} processes ({ctx.backend}), "
@@ -323,6 +326,7 @@ class _Run:
     progress: bool
     log: Callable[[str], None]
     started: float
+    mixed: MixedPrecision | None = None
     dist: dist_utils.Context = dist_utils.Context()
     trained: torch.nn.Module | None = None  # what training steps call: the DDP wrapper of model, or None
 
@@ -476,22 +480,21 @@ class _Run:
         return {name: total / max(counted, 1) for name, total in totals.items()}
 
     def training_step(self, graph, x, node_true, graph_true):
-        node_pred, graph_pred = (self.trained or self.model)(graph, x)
+        with self.mixed.autocast():  # the model's outputs are float32: the loss is computed outside
+            node_pred, graph_pred = (self.trained or self.model)(graph, x)
         # the loss of the whole global batch, from every rank's rows (train/distributed.py)
         node_pred, node_true, graph_pred, graph_true, sizes = data_parallel.gather_batch(
             node_pred, node_true.to(self.device), graph_pred, graph_true.to(self.device), graph.batch_num_nodes())
         loss, parts = _loss(node_pred, node_true, graph_pred, graph_true, sizes, self.general["loss"])
         self.optimizer.zero_grad(set_to_none=True)
-        data_parallel.backward(loss, self.dist)
-        if self.general["clip_grad_norm"] is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.general["clip_grad_norm"],
-                                           foreach=True)
-        self.optimizer.step()
+        self.mixed.backward_and_step(data_parallel.ddp_loss(loss, self.dist), self.optimizer,
+                                     self.model.parameters(), self.general["clip_grad_norm"], foreach=True)
         return loss, parts
 
     def evaluate(self, split: str) -> dict:
         return evaluate(self.model, self.eval_batches[split], self.data, self.recipe["seed"],
-                        self.device, self.model_config["encoder"]["dim_in"], self.general["loss"])
+                        self.device, self.model_config["encoder"]["dim_in"], self.general["loss"],
+                        precision=self.mixed.precision)
 
     def finish_epoch(self, record: dict) -> None:
         """Book-keeping after an epoch: best model, checkpoints, metrics file, logs."""
@@ -532,6 +535,7 @@ class _Run:
             "graph_targets": list(data.graph_names),
             # graph head outputs are z-scores when set: raw value = output * std + mean
             "graph_target_scaling": data.graph_target_scaling,
+            **({"grad_scaler_state": self.mixed.state_dict()} if self.mixed.state_dict() else {}),
         }
 
     def final_evaluation(self, stop_reason: str) -> dict:
@@ -591,11 +595,14 @@ def _scalar(value) -> float:
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, device: torch.device,
-             dim_in: int, loss_options: dict | None = None) -> dict:
+             dim_in: int, loss_options: dict | None = None, precision: str = "fp32") -> dict:
     """Loss (with the recipe's ``loss_options``) and R^2 report over pre-built batches.
 
-    Input features are seeded per graph, so repeated evaluations of the same model agree.
+    Input features are seeded per graph, so repeated evaluations of the same model agree. The
+    forward pass runs in ``precision`` (:mod:`gpse_dgl.utils.precision`); loss and R^2 in float32.
     """
+    from ..utils.precision import autocast
+
     was_training = model.training
     model.eval()
     accumulator = R2Accumulator(data.columns, data.num_node_columns)
@@ -603,7 +610,8 @@ def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, 
     feature_seed = derive_seed(seed, "evaluation features")
     for graph, node_true, graph_true in batches:
         x = evaluation_features(graph, dim_in, feature_seed).to(device)
-        node_pred, graph_pred = model(graph, x)
+        with autocast(precision, device):
+            node_pred, graph_pred = model(graph, x)
         loss, _ = _loss(node_pred, node_true.to(device), graph_pred, graph_true.to(device),
                         graph.batch_num_nodes(), loss_options)
         accumulator.update(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes())
@@ -620,7 +628,7 @@ def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, 
 
 
 def _restore(path: Path, recipe, model_config, model, optimizer, scheduler,
-             allow_recipe_change: bool = False) -> TrainState:
+             allow_recipe_change: bool = False, mixed=None) -> TrainState:
     payload = ckpt.load_pretrain_checkpoint(path)
     changes = _check_same_run(path, payload, recipe, model_config, allow_recipe_change)
     try:
@@ -628,6 +636,8 @@ def _restore(path: Path, recipe, model_config, model, optimizer, scheduler,
         optimizer.load_state_dict(payload["optimizer_state"])
         scheduler.load_state_dict(payload["scheduler_state"])
         ckpt.restore_rng_state(payload["rng_state"])
+        if mixed is not None:
+            mixed.load_state_dict(payload.get("grad_scaler_state"))
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None
     fitted = payload.get("fitted_num_epochs")

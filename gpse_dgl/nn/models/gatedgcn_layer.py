@@ -50,6 +50,7 @@ class GatedGCNLayer(nn.Module):
     (torch.Size([3, 8]), torch.Size([3, 8]))
     """
 
+    # enough under bf16/fp16 autocast too: numerator and denominator are float32 sums (gpse_dgl.nn.ops)
     eps = 1e-6
 
     def __init__(self, in_feats: int, out_feats: int, dropout: float = 0.0, residual: bool = True,

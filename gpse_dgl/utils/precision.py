@@ -1,0 +1,127 @@
+"""Numeric precision of a run: ``fp32`` (the reference), or mixed ``bf16`` / ``fp16`` through autocast.
+
+Precision is an option of the drivers (encoding, pretraining and downstream loops), never a property of
+the model classes: a driver validates the name for its device (:func:`resolve_precision`) and runs the
+forward pass inside :func:`autocast`. Under autocast the dense products (linear layers, attention) run
+in the low precision while the model code keeps its accumulations in float32 where they are
+(:func:`accumulation_dtype`): scatter sums, pooling, normalisation, the residual stream, losses.
+Parameters, optimiser state and checkpoints stay float32; fp16 training needs a gradient scaler
+(:func:`grad_scaler`), bf16 does not.
+
+Native support (:func:`native_support`): bf16 on CUDA GPUs that report it (Ampere and later) and on
+CPUs with ``avx512_bf16`` or AMX; fp16 on CUDA only. bf16 elsewhere on a CPU is emulated by torch, so
+it runs, with a warning, several times slower than fp32.
+
+Example
+-------
+>>> import torch
+>>> from gpse_dgl.utils.precision import autocast, resolve_precision
+>>> resolve_precision("fp32", "cpu")
+torch.float32
+>>> lin = torch.nn.Linear(4, 2)
+>>> with autocast("fp32", "cpu"):
+...     lin(torch.ones(3, 4)).dtype
+torch.float32
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+
+import torch
+
+from .errors import GPSEError
+
+__all__ = ["PRECISIONS", "PrecisionError", "resolve_precision", "autocast", "native_support",
+           "suggested_precision", "accumulation_dtype", "to_accumulation", "grad_scaler"]
+
+PRECISIONS = ("fp32", "bf16", "fp16")
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# CPU feature flags (/proc/cpuinfo) that give native bf16 dot products.
+_CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+class PrecisionError(GPSEError, ValueError):
+    """An unknown precision, or one the device cannot run."""
+
+
+@functools.lru_cache(maxsize=1)
+def _cpu_flags() -> frozenset:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            for line in handle:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def _cpu_native_bf16() -> bool:
+    if any(flag in _cpu_flags() for flag in _CPU_BF16_FLAGS):
+        return True
+    # torch's own query (covers systems without /proc/cpuinfo); a private API, so guarded
+    probe = getattr(torch.cpu, "_is_avx512_bf16_supported", None)
+    try:
+        return bool(probe()) if probe is not None else False
+    except Exception:  # noqa: BLE001 - an unavailable probe means "unknown", treated as no
+        return False
+
+
+def native_support(device) -> dict:
+    """``{"bf16": bool, "fp16": bool}``: whether each low precision runs natively on ``device``."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        # bf16 tensor cores from compute capability 8 (Ampere); fp16 ones on every GPU torch supports
+        return {"bf16": torch.cuda.get_device_capability(index)[0] >= 8, "fp16": True}
+    if device.type == "cpu":
+        return {"bf16": _cpu_native_bf16(), "fp16": False}
+    return {"bf16": False, "fp16": False}
+
+
+def suggested_precision(device) -> str:
+    """The fastest precision that runs natively on ``device`` (bf16 where it is native, else fp32)."""
+    return "bf16" if native_support(device)["bf16"] else "fp32"
+
+
+def resolve_precision(precision: str, device, warn: bool = True) -> torch.dtype:
+    """Validate ``precision`` for ``device`` and return its torch dtype.
+
+    Unknown names and fp16 on a CPU raise :class:`PrecisionError`; bf16 where it is not native warns
+    (once per call) that it will be slow.
+    """
+    if precision not in _DTYPES:
+        raise PrecisionError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    device = torch.device(device)
+    if precision == "fp16" and device.type != "cuda":
+        raise PrecisionError(f"fp16 needs a CUDA GPU ({device.type} has no fast fp16 path); use bf16 or fp32")
+    if precision == "bf16" and warn and not native_support(device)["bf16"]:
+        warnings.warn(f"bf16 is not native on this {device.type} (no avx512_bf16/AMX or bf16 GPU): it runs "
+                      f"emulated, slower than fp32", RuntimeWarning, stacklevel=2)
+    return _DTYPES[precision]
+
+
+def autocast(precision: str, device):
+    """A context where dense products run in ``precision`` on ``device`` (a no-op for fp32)."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    device = torch.device(device)
+    return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype sums and norms over ``dtype`` values accumulate in: float32 for bf16/fp16, else ``dtype``."""
+    return torch.float32 if dtype in (torch.bfloat16, torch.float16) else dtype
+
+
+def to_accumulation(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in its :func:`accumulation_dtype` (the same object when that is its dtype)."""
+    return tensor.to(accumulation_dtype(tensor.dtype))
+
+
+def grad_scaler(precision: str, device) -> torch.amp.GradScaler:
+    """A gradient scaler, enabled only for fp16 (bf16 and fp32 have fp32's exponent range)."""
+    device = torch.device(device)
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
