@@ -67,7 +67,7 @@ def encode_dataset_sharded(model, graphs: Sequence, store: str | None = None, pr
     if len(graphs) == 1 and _layer_by_layer(model, graphs[0], options):
         out = [encode_large(model, graphs[0], shard=True, progress=progress,
                             **{k: v for k, v in options.items()
-                               if k in ("seed", "samples", "device", "undirected", "chunk_edges")})]
+                               if k in ("seed", "samples", "device", "undirected", "chunk_edges", "precision")})]
     elif len(graphs) == 1:
         out = encode_dataset(model, graphs, progress=progress, **options) if ctx.is_main else None
     else:
