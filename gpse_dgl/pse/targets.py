@@ -8,7 +8,7 @@ Example
 -------
 >>> from gpse_dgl.data.molecules import load_embedded_molecules
 >>> from gpse_dgl.pse import pretraining_targets, target_columns
->>> graphs = load_embedded_molecules()[:8]
+>>> graphs = [g.clone() for g in load_embedded_molecules()[:8]]  # clones: the set is shared in memory
 >>> y_graph = pretraining_targets(graphs)            # (8, 11); sets ndata["gpse_node_target"] (n, 51)
 >>> target_columns()[:2], len(target_columns())
 ([('ElstaticPE', 0), ('ElstaticPE', 1)], 62)
