@@ -14,6 +14,15 @@ def _version(module: str) -> str:
         return f"not available ({type(exc).__name__})"
 
 
+def _echo_dgl_libraries() -> None:
+    """One line per DGL library (libdgl, tensoradapter, graphbolt): loaded, missing or stubbed, and why."""
+    from .._dgl_compat import dgl_libraries
+
+    click.echo("dgl libraries:")
+    for name, state in dgl_libraries().items():
+        click.echo(f"  {name:<13} {state}")
+
+
 @click.command("info")
 def command():
     """Print versions (python, torch, dgl, rdkit, ogb), devices, and DGL kernel support per device.
@@ -30,6 +39,7 @@ def command():
     click.echo(f"python    {platform.python_version()} ({platform.platform()})")
     for name in ("torch", "dgl", "rdkit", "ogb", "numpy", "scipy"):
         click.echo(f"{name:<9} {_version(name)}")
+    _echo_dgl_libraries()
     click.echo(f"threads   torch uses {torch.get_num_threads()}")
     devices = ["cpu"]
     if torch.cuda.is_available():
