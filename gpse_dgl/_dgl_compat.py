@@ -2,7 +2,7 @@
 
 DGL 2.x imports its ``graphbolt`` sub-package while ``import dgl`` runs (through ``dgl.distributed``).
 That package loads a C++ library built for one exact torch release
-(``dgl/graphbolt/libgraphbolt_pytorch_<torch version>.so``; DGL 2.1.0 ships them for torch 2.0.0-2.2.1)
+(``dgl/graphbolt/libgraphbolt_pytorch_<torch version>.so`` on Linux; DGL 2.1.0 ships them for torch 2.0.0-2.2.1)
 and imports ``torchdata.datapipes`` (removed in torchdata 0.10). With any other torch, or without that
 torchdata, ``import dgl`` fails although gpse-dgl never uses graphbolt: DGL 2.1.0 is the only DGL wheel
 for Python 3.12.
@@ -40,9 +40,12 @@ class GraphboltUnavailable(ImportError):
     """Raised by any use of the stubbed ``dgl.graphbolt`` (gpse-dgl itself never uses it)."""
 
 
-def graphbolt_library_name(torch_version: str) -> str:
-    """The file name DGL 2.x looks for under ``dgl/graphbolt/`` for ``torch_version`` (Linux)."""
-    return f"libgraphbolt_pytorch_{torch_version.split('+', maxsplit=1)[0]}.so"
+def graphbolt_library_name(torch_version: str, platform: str = sys.platform) -> str:
+    """The file name DGL 2.x looks for under ``dgl/graphbolt/`` for ``torch_version`` (its own naming rule)."""
+    version = torch_version.split("+", maxsplit=1)[0]
+    if platform.startswith("win"):
+        return f"graphbolt_pytorch_{version}.dll"
+    return f"libgraphbolt_pytorch_{version}.{'dylib' if platform.startswith('darwin') else 'so'}"
 
 
 def graphbolt_problem(dgl_dir: str, torch_version: str, has_torchdata_datapipes: bool) -> str | None:
@@ -54,7 +57,7 @@ def graphbolt_problem(dgl_dir: str, torch_version: str, has_torchdata_datapipes:
     if not os.path.isdir(graphbolt_dir):
         return None
     library = graphbolt_library_name(torch_version)
-    if sys.platform.startswith("linux") and not os.path.exists(os.path.join(graphbolt_dir, library)):
+    if not os.path.exists(os.path.join(graphbolt_dir, library)):
         return f"DGL ships no {library} (no graphbolt library for torch {torch_version})"
     if not has_torchdata_datapipes:
         return "torchdata.datapipes is not installed (graphbolt imports it; torchdata >= 0.10 removed it)"
