@@ -71,3 +71,15 @@ def test_import_dgl_succeeds_through_the_guard_and_fails_without_it(tmp_path):
     assert "raised: dgl.graphbolt.expand_indptr is unavailable" in guarded.stdout
     unguarded = _run(tmp_path, "import dgl")
     assert unguarded.returncode != 0 and "Cannot find DGL C++ graphbolt library" in unguarded.stderr
+
+
+def test_info_names_each_dgl_library():
+    from click.testing import CliRunner
+
+    from gpse_dgl.cli import cli
+
+    result = CliRunner().invoke(cli, ["info"])
+    assert result.exit_code == 0, result.output
+    for name in ("libdgl", "tensoradapter", "graphbolt"):
+        assert f"\n  {name:<13} " in result.output
+    assert "  libdgl        loaded (" in result.output
