@@ -25,6 +25,15 @@ def _rdkit_corpus_size() -> str:
         return f"not available ({type(exc).__name__})"
 
 
+def _echo_dgl_libraries() -> None:
+    """One line per DGL library (libdgl, tensoradapter, graphbolt): loaded, missing or stubbed, and why."""
+    from .._dgl_compat import dgl_libraries
+
+    click.echo("dgl libraries:")
+    for name, state in dgl_libraries().items():
+        click.echo(f"  {name:<13} {state}")
+
+
 @click.command("info")
 @output_options
 def command():
@@ -42,6 +51,7 @@ def command():
     click.echo(f"python    {platform.python_version()} ({platform.platform()})")
     for name in ("torch", "dgl", "rdkit", "ogb", "numpy", "scipy"):
         click.echo(f"{name:<9} {_version(name)}")
+    _echo_dgl_libraries()
     click.echo(f"threads   torch uses {torch.get_num_threads()}")
     click.echo(f"rdkit-molecules  {_rdkit_corpus_size()}")
     devices = ["cpu"]
