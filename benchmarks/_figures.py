@@ -134,6 +134,13 @@ def speed_bars(rows, path, title: str, unit: str) -> Path:
     return save(fig, path)
 
 
+def speed_rows(records) -> list:
+    """:func:`speed_bars` rows from the benchmarks' precision records (``benchmarks/_precision.py``), whose
+    ``peak`` is the fraction of the matmul peak reached: the line is then the throughput at 100 %."""
+    return [{"label": r["side"], "precision": r["precision"], "throughput": r["throughput"],
+             "peak": r["throughput"] / r["peak"] if r.get("peak") else None} for r in records]
+
+
 def fitted_slope(x, y) -> float:
     """Exponent ``b`` of the least-squares fit ``log y = a + b log x`` (NaN with fewer than 2 points)."""
     x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)

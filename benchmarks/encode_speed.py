@@ -34,10 +34,12 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
+from _figures import figure_path, speed_bars, speed_rows  # noqa: E402
 from _precision import DEFAULT_PRECISIONS, matmul_peak_gflops, parse_precisions, record, records_table  # noqa: E402
 
 
@@ -280,6 +282,8 @@ def main(argv=None) -> int:
                         help="comma-separated precisions of the precision records (fp32, bf16, fp16 on CUDA); "
                              "'' skips them")
     parser.add_argument("--json", help="also write the results to this file")
+    parser.add_argument("--figure", type=Path, default=figure_path("encode_speed.png"),
+                        help="bar chart of the forward-pass precision records (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.quick:
         args.num_graphs, args.large_nodes, args.large_edges = 256, 5_000, 17_500
@@ -305,6 +309,11 @@ def main(argv=None) -> int:
             results.setdefault("precision_records", []).extend(dict(r, device=device) for r in records)
             print(f"precisions on {device} ({len(graphs):,} molecules, batch {args.batch_size}):\n"
                   + records_table(records), flush=True)
+    forward = [r for r in results.get("precision_records", []) if r.get("mode") == "forward" and r["device"] == "cpu"]
+    if forward and args.figure:
+        path = speed_bars(speed_rows(forward), args.figure, f"GPSE forward pass, {len(graphs):,} molecules, "
+                          f"{torch.get_num_threads()} CPU thread(s)", "graphs/s")
+        print(f"figure: {path}")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

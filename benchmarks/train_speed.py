@@ -43,12 +43,14 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 from _common import (CLOCK_HELP, CLOCKS, command_line, current_rss_mb, load_average,  # noqa: E402
                      machine_line, markdown_table, peak_rss_mb, set_threads_env, today)
+from _figures import figure_path, speed_bars, speed_rows  # noqa: E402
 from _precision import DEFAULT_PRECISIONS, label, matmul_peak_gflops, parse_precisions, record  # noqa: E402
 
 SIDES = ("ours", "pyg")
@@ -71,6 +73,8 @@ def parse_args(argv=None):
     ap.add_argument("--sides", default="ours,pyg", help="comma-separated subset of ours,pyg")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--figure", type=Path, default=figure_path("train_speed.png"),
+                    help="bar chart of the training-step throughput per side and precision (default: %(default)s)")
     ap.add_argument("--precisions", default=DEFAULT_PRECISIONS, help="comma-separated: fp32, bf16, fp16 (CUDA)")
     ap.add_argument("--quick", action="store_true", help="batch 32, 2 timed steps, no warm-up")
     ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # internal: run one side, print JSON
@@ -265,9 +269,14 @@ def main(argv=None) -> int:
     print(report(args, results, argv, load_start))
     print("\n" + "\n".join(f"- {r['label']}: {r['throughput']:,.2f} graphs/s, {r['peak']:.0%} of the "
                              f"{r['precision']} matmul peak ({r['peak_gflops']:,.0f} GFLOP/s)" for r in records))
+    if records and args.figure:
+        path = speed_bars(speed_rows(records), args.figure, "GPSE training step (forward, loss, backward, AdamW), "
+                          f"batch {args.batch_size}", "graphs/s")
+        print(f"figure: {path}")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"args": vars(args), "results": results, "records": records}, fh, indent=2)
+            json.dump({"args": {k: str(v) for k, v in vars(args).items()}, "results": results, "records": records},
+                      fh, indent=2)
     return 0
 
 

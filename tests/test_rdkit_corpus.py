@@ -143,4 +143,8 @@ def test_info_prints_the_corpus_size(package, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GPSE_DGL_DATA", str(tmp_path / "data"))
     code, out, _ = _run(["info"], capsys)
     line = next(line for line in out.splitlines() if line.startswith("rdkit-molecules"))
+    assert code == 0 and "not scanned yet" in line  # info never runs the scan itself
+    load_dataset("rdkit-molecules", root=tmp_path / "data")
+    code, out, _ = _run(["info"], capsys)
+    line = next(line for line in out.splitlines() if line.startswith("rdkit-molecules"))
     assert code == 0 and "8 unique skeletons (train " in line and "in 4 files" in line

@@ -135,6 +135,25 @@ def save_graphs_cached(path, graphs: list, labels: dict[str, torch.Tensor] | Non
         return False
 
 
+def cached_labels(path, fingerprint: dict) -> dict | None:
+    """The labels dict of a cache written for ``fingerprint``, read without its graphs, or None.
+
+    Checks the fingerprint and the size recorded by :func:`save_graphs_cached`, not the checksum, so it
+    costs milliseconds: for summaries such as ``gpse-dgl info``. Data is read with
+    :func:`load_graphs_cached`.
+    """
+    from dgl.data.utils import load_labels
+
+    path = Path(path)
+    try:
+        meta = json.loads(_sidecar(path).read_text(encoding="utf-8"))
+        if _canonical(meta["fingerprint"]) != _canonical(fingerprint) or path.stat().st_size != meta["size"]:
+            return None
+        return dict(load_labels(str(path)))
+    except Exception:  # noqa: BLE001 - missing, stale or unreadable: no summary
+        return None
+
+
 def load_graphs_cached(path, fingerprint: dict):
     """``(graphs, labels)`` from a cache written by :func:`save_graphs_cached`, or None.
 
