@@ -311,9 +311,8 @@ def main(argv=None) -> int:
                   + records_table(records), flush=True)
     forward = [r for r in results.get("precision_records", []) if r.get("mode") == "forward" and r["device"] == "cpu"]
     if forward and args.figure:
-        path = speed_bars(speed_rows(forward), args.figure, f"GPSE forward pass, {len(graphs):,} molecules, "
-                          f"{torch.get_num_threads()} CPU thread(s)", "graphs/s")
-        print(f"figure: {path}")
+        speed_bars(speed_rows(forward), args.figure, f"GPSE forward pass, {len(graphs):,} molecules, "
+                   f"{torch.get_num_threads()} CPU thread(s)", "graphs/s")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=2)

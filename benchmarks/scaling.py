@@ -101,7 +101,7 @@ def worker(args) -> dict:
                                                   graph_true.to(device), graph.batch_num_nodes())
             loss, _ = gpse_loss(*gathered)
             optimizer.zero_grad(set_to_none=True)
-            data_parallel.backward(loss, ctx)
+            data_parallel.ddp_loss(loss, ctx).backward()
             optimizer.step()
 
         for _ in range(args.warmup):

@@ -270,9 +270,8 @@ def main(argv=None) -> int:
     print("\n" + "\n".join(f"- {r['label']}: {r['throughput']:,.2f} graphs/s, {r['peak']:.0%} of the "
                              f"{r['precision']} matmul peak ({r['peak_gflops']:,.0f} GFLOP/s)" for r in records))
     if records and args.figure:
-        path = speed_bars(speed_rows(records), args.figure, "GPSE training step (forward, loss, backward, AdamW), "
-                          f"batch {args.batch_size}", "graphs/s")
-        print(f"figure: {path}")
+        speed_bars(speed_rows(records), args.figure, "GPSE training step (forward, loss, backward, AdamW), "
+                   f"batch {args.batch_size}", "graphs/s")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"args": {k: str(v) for k, v in vars(args).items()}, "results": results, "records": records},
