@@ -11,11 +11,12 @@ returns the path. Figures are 8 inches wide at 100 dpi: 800 px, the width of a R
 
 Example
 -------
+>>> import os, tempfile
 >>> from _figures import speed_bars
 >>> rows = [{"label": "ours", "precision": "fp32", "throughput": 40.0, "peak": 100.0},
 ...         {"label": "PyG", "precision": "fp32", "throughput": 25.0, "peak": 100.0}]
->>> speed_bars(rows, "/tmp/speed.png", "Encoding speed", "GFLOP/s").name   # doctest: +ELLIPSIS
-figure: /tmp/speed.png
+>>> speed_bars(rows, os.path.join(tempfile.mkdtemp(), "speed.png"), "Encoding speed", "GFLOP/s").name  # doctest: +ELLIPSIS
+figure: .../speed.png
 'speed.png'
 """
 from __future__ import annotations

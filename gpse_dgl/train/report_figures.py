@@ -12,10 +12,11 @@ Every function writes one PNG (atomically) and returns its path. Inputs are plai
 
 Example
 -------
+>>> import os, tempfile
 >>> from gpse_dgl.train.report_figures import training_curves
 >>> history = [{"epoch": e, "train": {"loss": 1 / e}, "val": {"loss": 1.2 / e, "r2": 1 - 1 / e,
 ...             "r2_per_pse": {"RWSE": 1 - 0.5 / e}}} for e in (1, 2, 3)]
->>> training_curves(history, "/tmp/curves.png").name
+>>> training_curves(history, os.path.join(tempfile.mkdtemp(), "curves.png")).name
 'curves.png'
 """
 from __future__ import annotations
