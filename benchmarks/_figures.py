@@ -22,10 +22,11 @@ figure: .../speed.png
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
+
+from gpse_dgl.utils.io import atomic_path
 
 FIGURES = Path(__file__).resolve().parent / "figures"
 WIDTH, DPI = 8.0, 100
@@ -50,12 +51,10 @@ def _pyplot():
 def save(fig, path) -> Path:
     """Write ``fig`` to ``path`` atomically, close it, print where it went."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=DPI)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=DPI, format="png")
     _pyplot().close(fig)
-    os.replace(tmp, path)
     print(f"figure: {path}")
     return path
 

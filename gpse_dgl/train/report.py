@@ -29,7 +29,6 @@ import copy
 import html
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +36,7 @@ import numpy as np
 import torch
 
 from ..utils.errors import CheckpointError, GPSEError
+from ..utils.io import atomic_write_text
 from . import checkpoint as ckpt
 
 REPORT_NAME = "report.html"
@@ -300,10 +300,7 @@ def write_html(path: Path, figures: dict, held_out: dict, about: dict) -> Path:
     page = ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>GPSE pretraining report</title><style>{STYLE}</style></head>\n<body>\n"
             + "\n".join(body) + "\n</body></html>\n")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, page)
     return path
 
 

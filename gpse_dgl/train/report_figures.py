@@ -22,10 +22,11 @@ Example
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
+
+from ..utils.io import atomic_path
 
 #: Above this many points a panel is a 2-D histogram instead of a scatter (overplotting hides density).
 SCATTER_LIMIT = 3000
@@ -47,11 +48,9 @@ def _pyplot():
 def _save(fig, path) -> Path:
     """Write ``fig`` to ``path`` atomically and close it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp-{os.getpid()}.png")
-    fig.savefig(tmp, dpi=DPI)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=DPI, format="png")
     _pyplot().close(fig)
-    os.replace(tmp, path)
     return path
 
 
