@@ -116,7 +116,9 @@ def test_two_processes_train_like_one_and_resume_across_world_sizes(tmp_path):
 
 
 ENCODE_SCRIPT = """
-import sys, torch, dgl
+import sys, torch
+import gpse_dgl  # before dgl: its import guard for DGL 2.x (gpse_dgl._dgl_compat)
+import dgl
 from gpse_dgl.encode import load_gpse
 from gpse_dgl.encode.sharded import encode_dataset_sharded
 from gpse_dgl.encode.inference import encode_large
