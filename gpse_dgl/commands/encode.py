@@ -142,8 +142,9 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
     resolve_precision(precision, device, warn=False)  # a bad name fails before any work
     check_output_file(out_path, "--out")
     with process_group("auto", device) as ctx:  # under torchrun: each process encodes its share
-        quiet = contextlib.nullcontext() if ctx.is_main else contextlib.redirect_stderr(open(os.devnull, "w"))
-        with quiet:  # rank 0 alone reports
+        with contextlib.ExitStack() as quiet:
+            if not ctx.is_main:  # rank 0 alone reports
+                quiet.enter_context(contextlib.redirect_stderr(quiet.enter_context(open(os.devnull, "w"))))
             _encode(local_device(device, ctx), ctx.is_main, checkpoint, dataset, input_path, smiles, smiles_column,
                     root, out_path, batch_size, seed, samples, sampled, fanouts, directed, precision)
 

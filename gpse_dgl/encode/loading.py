@@ -40,12 +40,11 @@ import torch
 from .. import _env  # noqa: F401
 from ..utils.errors import CheckpointError
 
-__all__ = ["DEFAULT_CHECKPOINT", "CheckpointInfo", "default_checkpoint_path", "checkpoint_format",
+__all__ = ["CheckpointInfo", "default_checkpoint_path", "checkpoint_format",
            "load_gpse", "describe_checkpoint"]
 
 logger = logging.getLogger("gpse_dgl.encode")
 
-DEFAULT_CHECKPOINT = "gpse_quickstart.pt"
 _ENCODER_KEYS = ("dim_in", "dim_hidden", "num_layers", "dropout", "virtual_node")
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,7 +39,7 @@ import dgl
 
 from ..utils import distributed as dist_utils
 from ..utils.errors import RecipeError
-from ..data.cache import file_sha256
+from ..data.cache import default_cache_dir, file_sha256
 
 NODE_TARGET_KEY = "gpse_node_target"
 CACHE_FORMAT_VERSION = 1
@@ -461,10 +460,6 @@ def _compute_targets_sharded(graphs: list, node_names: list, graph_names: list, 
 
 # ----------------------------------------------------------------------------------------------
 # on-disk cache
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("GPSE_DGL_CACHE") or Path.home() / ".cache" / "gpse-dgl")
 
 
 def _cache_location(data_recipe: dict) -> tuple[Path, str]:

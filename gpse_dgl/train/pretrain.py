@@ -34,13 +34,14 @@ from typing import Callable
 import torch
 
 from .. import _env  # noqa: F401
+from ..data.cache import default_cache_dir
 from ..recipes import dump_recipe
 from ..utils import distributed as dist_utils
 from ..utils.errors import CheckpointError
 from ..utils.io import atomic_write_text
 from . import checkpoint as ckpt
 from . import distributed as data_parallel
-from .data import PretrainingData, build_pretraining_data, default_cache_dir, describe_sizes
+from .data import PretrainingData, build_pretraining_data, describe_sizes
 from .metrics import R2Accumulator
 from .mixed_precision import MixedPrecision
 from .rundir import RunDirectory, check_resumed_recipe
