@@ -39,6 +39,7 @@ from pathlib import Path
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
+from _common import markdown_table  # noqa: E402
 from _figures import figure_path, speed_bars, speed_rows  # noqa: E402
 from _precision import DEFAULT_PRECISIONS, matmul_peak_gflops, parse_precisions, record, records_table  # noqa: E402
 
@@ -247,6 +248,36 @@ def bench_precisions(graphs, batch_size, device, repeats, precisions) -> list:
     return records
 
 
+def profile_forward(graphs, batch_size, device, precision, top=8) -> list:
+    """Where our forward pass spends its time in ``precision``: the ``top`` operators by self time.
+
+    Rows of ``(operator, share of the profiled time, milliseconds)`` from ``torch.profiler`` over two
+    batches after one warm-up; the answer to "why is this precision not faster" on a given machine.
+    """
+    import torch
+
+    import dgl
+    from gpse_dgl.nn.random_features import random_node_features
+    from gpse_dgl.utils.precision import autocast
+
+    ours, _ = _models(device)
+    batches = [dgl.batch(graphs[i:i + batch_size]).to(device) for i in range(0, 3 * batch_size, batch_size)]
+    xs = [random_node_features(b, 20, seed=0).to(device) for b in batches]
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if str(device).startswith("cuda"):
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.no_grad(), autocast(precision, device):
+        ours(batches[0], xs[0])
+        with torch.profiler.profile(activities=activities) as prof:
+            for b, x in zip(batches[1:], xs[1:]):
+                ours(b, x)
+            _sync(device)
+    events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
+    total = sum(e.self_cpu_time_total for e in events)
+    events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)
+    return [(e.key, e.self_cpu_time_total / total, e.self_cpu_time_total / 1e3) for e in events[:top]]
+
+
 def bench_large(nodes, edges, device, chunk_edges) -> dict:
     """Exact layer-wise nodes/s on a random graph with ``nodes`` nodes and ``edges`` undirected edges."""
     import torch
@@ -281,6 +312,8 @@ def main(argv=None) -> int:
     parser.add_argument("--precisions", default=DEFAULT_PRECISIONS,
                         help="comma-separated precisions of the precision records (fp32, bf16, fp16 on CUDA); "
                              "'' skips them")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print the operators our forward pass spends its time in, per precision")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--figure", type=Path, default=figure_path("encode_speed.png"),
                         help="bar chart of the forward-pass precision records (default: %(default)s)")
@@ -309,6 +342,14 @@ def main(argv=None) -> int:
             results.setdefault("precision_records", []).extend(dict(r, device=device) for r in records)
             print(f"precisions on {device} ({len(graphs):,} molecules, batch {args.batch_size}):\n"
                   + records_table(records), flush=True)
+            if args.profile:
+                for precision in precisions:
+                    rows = profile_forward(graphs, args.batch_size, device, precision)
+                    results.setdefault("profiles", {})[f"{device}/{precision}"] = rows
+                    print(f"profile of our forward pass on {device} in {precision} (self time, two batches):\n"
+                          + markdown_table(["operator", "share", "ms"],
+                                           [[name, f"{share:.0%}", f"{ms:,.1f}"] for name, share, ms in rows]),
+                          flush=True)
     forward = [r for r in results.get("precision_records", []) if r.get("mode") == "forward" and r["device"] == "cpu"]
     if forward and args.figure:
         speed_bars(speed_rows(forward), args.figure, f"GPSE forward pass, {len(graphs):,} molecules, "
