@@ -63,19 +63,19 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import _env  # noqa: F401
-from ..recipes import dump_recipe
-from ..utils import distributed as dist_utils
-from ..utils.errors import CheckpointError, RecipeError
-from ..utils.io import atomic_write_text
-from . import checkpoint as ckpt
-from ..utils.precision import to_accumulation
-from . import distributed as data_parallel
-from .features import default_cache_dir
-from .metrics import HIGHER_IS_BETTER, score
-from .mixed_precision import MixedPrecision
-from .rundir import RunDirectory, check_resumed_recipe
-from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
+from ... import _env  # noqa: F401
+from ...recipes import dump_recipe
+from ...utils import distributed as dist_utils
+from ...utils.errors import CheckpointError, RecipeError
+from ...utils.io import atomic_write_text
+from .. import checkpoint as ckpt
+from ...utils.precision import to_accumulation
+from .. import distributed as data_parallel
+from ..features import default_cache_dir
+from ..metrics import HIGHER_IS_BETTER, score
+from ..mixed_precision import MixedPrecision
+from ..rundir import RunDirectory, check_resumed_recipe
+from ..runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
                       tqdm_write, write_json)
 
 __all__ = ["train_downstream", "TaskSpec", "task_spec", "build_downstream_model", "model_from_config",
@@ -212,9 +212,9 @@ class Prepared:
 
 def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False, log=None) -> Prepared:
     """Load the dataset, apply the recipe's graph preprocessing and attach the encoding."""
-    from ..data.registry import load_dataset
-    from ..data.user_data import recipe_data_options
-    from .features import load_features
+    from ...data.registry import load_dataset
+    from ...data.user_data import recipe_data_options
+    from ..features import load_features
 
     data = recipe["data"]
     if dataset is None:
@@ -275,7 +275,7 @@ def build_downstream_model(recipe: dict, prepared: Prepared) -> tuple[torch.nn.M
 
 def model_config(model_recipe: dict, prepared: Prepared) -> dict:
     """Plain-dict description of the model (stored in checkpoints; :func:`model_from_config` builds it)."""
-    from ..nn.models import MODEL_REGISTRY
+    from ...nn.models import MODEL_REGISTRY
 
     name = model_recipe["name"].lower()
     cls = MODEL_REGISTRY[name]
@@ -315,8 +315,8 @@ def model_from_config(config: dict) -> torch.nn.Module:
     ``pe_only`` (``dim_pe == dim_hidden`` on a dataset without node features) makes the PE encoder the
     node encoder, as GraphGPS does with ``expand_x=False``; the model then takes the PE as ``node_feat``.
     """
-    from ..nn.models import build_model
-    from ..nn.pe_encoder import PEEncoder
+    from ...nn.models import build_model
+    from ...nn.pe_encoder import PEEncoder
 
     kwargs = dict(config["kwargs"])
     if config["pe_encoder"] is not None:
@@ -386,7 +386,7 @@ def _num_types(prepared: Prepared, info_key: str, values: list) -> int:
 
 
 def _uses_edge_features(model) -> bool:
-    from ..nn.feature_encoders import ConstantEncoder
+    from ...nn.feature_encoders import ConstantEncoder
 
     return model.edge_encoder is not None and not isinstance(model.edge_encoder, ConstantEncoder)
 
@@ -422,7 +422,7 @@ def plan_runs(dataset, recipe: dict, seeds: Sequence[int]) -> list[RunPlan]:
         return [RunPlan(seed, repeat, None, splits) for repeat, seed in enumerate(seeds)]
     if dataset.task != "graph" or dataset.task_type != "multiclass":
         raise RecipeError("data.evaluation: stratified cross-validation needs a graph classification dataset")
-    from ..data.synthetic import stratified_kfold
+    from ...data.synthetic import stratified_kfold
 
     plans = []
     folds_per_repeat = min(data["cv_folds"], data["max_folds"] or data["cv_folds"])
@@ -934,7 +934,7 @@ def _scheduler(optimizer, general: dict, spec: TaskSpec):
             patience=schedule["patience"], min_lr=schedule["min_lr"])
     if schedule["name"] == "none":
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: 1.0)
-    from .pretrain import build_scheduler
+    from ..pretrain import build_scheduler
 
     # the pretraining schedule is the authors' (GraphGPS') cosine with linear warm-up, per epoch
     shaped = {"num_epochs": general["num_epochs"],
