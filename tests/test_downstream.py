@@ -261,3 +261,23 @@ def test_dim_pe_equal_to_dim_hidden_needs_a_featureless_dataset(tmp_path, data_r
         f"general_pipeline.save_path={tmp_path}"])
     with pytest.raises(RecipeError, match="leaves no room"):
         train_downstream(recipe, progress=False)
+
+
+# ------------------------------------------------------------------ model capabilities
+
+
+def test_models_declare_the_options_they_fix():
+    """A recipe option is passed to a model unless the model class lists it in ``fixed_options``."""
+    from gpse_dgl.nn.models import GPS, Transformer
+    from gpse_dgl.train.downstream.models import _constructor_options
+
+    class LocalOnly(GPS):  # a new model that fixes one option, named unlike any built-in
+        fixed_options = {"global_attention": None}
+
+        def __init__(self, dim_in, dim_out, **kwargs):
+            super().__init__(dim_in, dim_out, **self.fixed_options, **kwargs)
+
+    assert {"local_mpnn", "global_attention", "num_heads"} <= _constructor_options(GPS)
+    assert not {"local_mpnn", "global_attention"} & _constructor_options(Transformer)
+    options = _constructor_options(LocalOnly)
+    assert "global_attention" not in options and "local_mpnn" in options
