@@ -12,6 +12,12 @@ the file and the dotted key path, e.g.::
 
 ``--set key.path=value`` overrides are parsed as YAML scalars and validated in exactly the same way.
 
+A recipe may start from another one: ``base: _base.yaml`` (a path relative to the recipe's own
+file; the base may have a base in turn) gives every key the base does not leave out, and the recipe's
+own keys win, section by section (:func:`merge_recipes`). Each file is checked against the schema on
+its own, so an error names the file the key was written in; a missing base or a cycle of bases is a
+one-line error naming the file.
+
 Relative paths inside a recipe (``data.smiles_file``, ``data.root``, ``data.cache_dir``,
 ``general_pipeline.save_path``) are taken relative to the current working directory, as in dglgo.
 
@@ -197,7 +203,7 @@ def load_recipe(path: str | os.PathLike, overrides: Iterable[str] = (),
     Raises :class:`RecipeError` (one line naming the file and the key) on any problem.
     """
     source = str(path)
-    raw = read_recipe_file(source)
+    raw = read_recipe_file(source, schema)
     apply_overrides(raw, overrides, source, schema)
     return validate_recipe(raw, source, schema)
 
@@ -233,7 +239,55 @@ def _mapping_without_duplicates(loader: StrictSafeLoader, node: yaml.MappingNode
 StrictSafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
 
-def read_recipe_file(path: str) -> dict:
+#: The key that names a recipe's base recipe (see the module docstring).
+BASE_KEY = "base"
+
+
+def read_recipe_file(path: str, schema: Mapping[str, Any] | None = None) -> dict:
+    """The recipe in ``path`` with its chain of ``base:`` recipes merged in (the later file wins).
+
+    With ``schema``, every file of the chain is first checked against it on its own (unknown keys,
+    types, ranges), so that an error names the file where the key was written. The result has no
+    ``base`` key; it is validated as a whole by :func:`validate_recipe`.
+    """
+    return _read_with_bases(str(path), schema, chain=())
+
+
+def _read_with_bases(path: str, schema: Mapping[str, Any] | None, chain: tuple[str, ...]) -> dict:
+    raw = _read_yaml_mapping(path)
+    base = raw.pop(BASE_KEY, None)
+    if schema is not None:
+        _validate_section(raw, schema, path, prefix="")
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base.strip():
+        raise RecipeError(f"{path}: {BASE_KEY}: expected the file name of a base recipe, got {_show(base)}")
+    base_path = os.path.join(os.path.dirname(path), base)
+    visited = chain + (os.path.realpath(path),)
+    if os.path.realpath(base_path) in visited:
+        raise RecipeError(f"{path}: {BASE_KEY}: {base} is already in the chain of bases "
+                          f"({' -> '.join(os.path.basename(p) for p in visited + (base_path,))}): a cycle")
+    if not os.path.isfile(base_path):
+        raise RecipeError(f"{path}: {BASE_KEY}: base recipe {base} not found (looked for {base_path})")
+    return merge_recipes(_read_with_bases(base_path, schema, visited), raw)
+
+
+def merge_recipes(base: Mapping[str, Any], child: Mapping[str, Any]) -> dict:
+    """``base`` updated by ``child``: sections are merged key by key, any other value of ``child`` wins.
+
+    >>> merge_recipes({"model": {"name": "gps", "dim_hidden": 64}}, {"model": {"dim_hidden": 128}})
+    {'model': {'name': 'gps', 'dim_hidden': 128}}
+    """
+    merged = copy.deepcopy(dict(base))
+    for key, value in child.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = merge_recipes(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _read_yaml_mapping(path: str) -> dict:
     """The YAML mapping in ``path`` (:class:`StrictSafeLoader`); empty files and repeated keys are errors."""
     if not os.path.exists(path):
         raise RecipeError(f"{path}: recipe file not found")
