@@ -284,6 +284,15 @@ def test_errors_name_the_file_the_key_was_written_in(tmp_path):
     assert error_of(child).startswith(f"{child}: model.dropout: expected a value <= 1")
 
 
+def test_a_base_value_can_be_overridden_and_an_empty_section_changes_nothing(tmp_path):
+    write(tmp_path, "model:\n  num_layers: many\n  dim_hidden: 32\ngeneral_pipeline:\n  eval_batch_size: 64\n",
+          "base.yaml")
+    path = write(tmp_path, "base: base.yaml\nmodel:\ngeneral_pipeline:\n  eval_batch_size: null\n")
+    recipe = load_recipe(path, ["model.num_layers=2"])
+    assert recipe["model"]["num_layers"] == 2 and recipe["model"]["dim_hidden"] == 32
+    assert recipe["general_pipeline"]["eval_batch_size"] is None
+
+
 def test_missing_base_and_cycles_are_one_line_errors(tmp_path):
     path = write(tmp_path, "base: nowhere.yaml\n")
     assert error_of(path) == (f"{path}: base: base recipe nowhere.yaml not found "
