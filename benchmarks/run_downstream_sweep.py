@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Run downstream recipes with several PE sources and write the results in the paper's table layout.
 
-Every recipe of ``recipes/downstream/`` is one column (a dataset), every PE source one row
+Every recipe given (from ``recipes/downstream/``; ``_base.yaml`` and ``_molnet.yaml`` are bases, not
+benchmarks) is one column (a dataset), every PE source one row
 (``GPS+none``, ``GPS+LapPE``, ..., ``GPS+GPSE``), each cell the test score at the best validation epoch
 as mean ± std over the seeds; the paper's number for the same cell (tables ``molbench``,
 ``graphbench``, ``molnet``, ``nodebench_full``, ``synthetic``) is printed next to ours.

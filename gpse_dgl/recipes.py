@@ -12,6 +12,11 @@ the file and the dotted key path, e.g.::
 
 ``--set key.path=value`` overrides are parsed as YAML scalars and validated in exactly the same way.
 
+A recipe may start from another one: ``base: _base.yaml`` (a path relative to the recipe's own
+file; the base may have a base in turn) gives every key the base does not leave out, and the recipe's
+own keys win, section by section (:func:`merge_recipes`). An error names the file the key was written
+in; a missing base or a cycle of bases is a one-line error naming the file that names it.
+
 Relative paths inside a recipe (``data.smiles_file``, ``data.root``, ``data.cache_dir``,
 ``general_pipeline.save_path``) are taken relative to the current working directory, as in dglgo.
 
@@ -197,7 +202,7 @@ def load_recipe(path: str | os.PathLike, overrides: Iterable[str] = (),
     Raises :class:`RecipeError` (one line naming the file and the key) on any problem.
     """
     source = str(path)
-    raw = read_recipe_file(source)
+    raw = read_recipe_file(source, schema)
     apply_overrides(raw, overrides, source, schema)
     return validate_recipe(raw, source, schema)
 
@@ -233,7 +238,72 @@ def _mapping_without_duplicates(loader: StrictSafeLoader, node: yaml.MappingNode
 StrictSafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
 
 
-def read_recipe_file(path: str) -> dict:
+#: The key that names a recipe's base recipe (see the module docstring).
+BASE_KEY = "base"
+
+
+def read_recipe_file(path: str, schema: Mapping[str, Any] | None = None) -> dict:
+    """The recipe in ``path`` with its chain of ``base:`` recipes merged in (the later file wins).
+
+    The result has no ``base`` key. Values that come from a base file carry that file's name, so that
+    :func:`validate_recipe` names it in an error; with ``schema``, the keys of every file are checked
+    against it as the file is read (an unknown key is reported with the file it is in).
+    """
+    return _read_with_bases(str(path), schema, chain=())
+
+
+@dataclass(frozen=True)
+class _FromBase:
+    """A value written in the base recipe ``path`` (so errors about it can name that file)."""
+
+    value: Any
+    path: str
+
+
+def _read_with_bases(path: str, schema: Mapping[str, Any] | None, chain: tuple[str, ...]) -> dict:
+    raw = _read_yaml_mapping(path)
+    base = raw.pop(BASE_KEY, None)
+    if schema is not None:
+        _check_keys(raw, schema, path, prefix="", deep=True)
+    if chain:  # a base of the recipe being read
+        raw = _mark_origin(raw, path)
+    if base is None:
+        return raw
+    if not isinstance(base, str) or not base.strip():
+        raise RecipeError(f"{path}: {BASE_KEY}: expected the file name of a base recipe, got {_show(base)}")
+    base_path = os.path.join(os.path.dirname(path), base)
+    visited = chain + (os.path.realpath(path),)
+    if os.path.realpath(base_path) in visited:
+        raise RecipeError(f"{path}: {BASE_KEY}: {base} is already in the chain of bases "
+                          f"({' -> '.join(os.path.basename(p) for p in visited + (base_path,))}): a cycle")
+    if not os.path.isfile(base_path):
+        raise RecipeError(f"{path}: {BASE_KEY}: base recipe {base} not found (looked for {base_path})")
+    return merge_recipes(_read_with_bases(base_path, schema, visited), raw)
+
+
+def merge_recipes(base: Mapping[str, Any], child: Mapping[str, Any]) -> dict:
+    """``base`` updated by ``child``: sections are merged key by key, any other value of ``child`` wins
+    (``null`` included); a section left empty in ``child`` (YAML null) changes nothing.
+
+    >>> merge_recipes({"model": {"name": "gps", "dim_hidden": 64}}, {"model": {"dim_hidden": 128}})
+    {'model': {'name': 'gps', 'dim_hidden': 128}}
+    """
+    merged = copy.deepcopy(dict(base))
+    for key, value in child.items():
+        if isinstance(merged.get(key), Mapping) and (value is None or isinstance(value, Mapping)):
+            merged[key] = merge_recipes(merged[key], value or {})
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _mark_origin(raw: Mapping[str, Any], path: str) -> dict:
+    """``raw`` with every value that is not a section wrapped in :class:`_FromBase`."""
+    return {key: _mark_origin(value, path) if isinstance(value, Mapping) else _FromBase(value, path)
+            for key, value in raw.items()}
+
+
+def _read_yaml_mapping(path: str) -> dict:
     """The YAML mapping in ``path`` (:class:`StrictSafeLoader`); empty files and repeated keys are errors."""
     if not os.path.exists(path):
         raise RecipeError(f"{path}: recipe file not found")
@@ -346,14 +416,11 @@ def default_recipe(schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
 
 
 def _validate_section(raw: Any, schema: Mapping[str, Any], source: str, prefix: str) -> dict:
+    if isinstance(raw, _FromBase):
+        source, raw = raw.path, raw.value
     if raw is None:
         raw = {}
-    if not isinstance(raw, Mapping):
-        raise RecipeError(f"{source}: {prefix.rstrip('.') or '<top level>'}: expected a mapping "
-                          f"(a section), got {_type_name(raw)}")
-    for key in raw:
-        if key not in schema:
-            raise RecipeError(f"{source}: {prefix}{key}: {_unknown_key_text(key, schema, prefix)}")
+    _check_keys(raw, schema, source, prefix)
     result = {}
     for key, spec in schema.items():
         value = raw.get(key)
@@ -364,7 +431,24 @@ def _validate_section(raw: Any, schema: Mapping[str, Any], source: str, prefix: 
     return result
 
 
+def _check_keys(raw: Any, schema: Mapping[str, Any], source: str, prefix: str, deep: bool = False) -> None:
+    """``raw`` is a section (or null) whose keys are all in ``schema``; with ``deep`` the same for its
+    sections. Values are not looked at."""
+    if raw is None:
+        return
+    if not isinstance(raw, Mapping):
+        raise RecipeError(f"{source}: {prefix.rstrip('.') or '<top level>'}: expected a mapping "
+                          f"(a section), got {_type_name(raw)}")
+    for key in raw:
+        if key not in schema:
+            raise RecipeError(f"{source}: {prefix}{key}: {_unknown_key_text(key, schema, prefix)}")
+        if deep and isinstance(schema[key], Mapping):
+            _check_keys(raw[key], schema[key], source, f"{prefix}{key}.", deep=True)
+
+
 def _validate_value(value: Any, present: bool, spec: Field, source: str, key: str) -> Any:
+    if isinstance(value, _FromBase):
+        source, value = value.path, value.value
     where = key
     if isinstance(value, _Override):
         where, value = f"--set {value.key}", value.value

@@ -18,7 +18,8 @@ from gpse_dgl.train.downstream_schema import (DOWNSTREAM_SCHEMA, load_downstream
 from gpse_dgl.utils.errors import CheckpointError, RecipeError
 
 REPO = Path(__file__).resolve().parent.parent
-RECIPES = sorted((REPO / "recipes" / "downstream").glob("*.yaml"))
+RECIPES = sorted(p for p in (REPO / "recipes" / "downstream").glob("*.yaml") if not p.name.startswith("_"))
+BASES = sorted((REPO / "recipes" / "downstream").glob("_*.yaml"))  # what the recipes start from (base:)
 FIXTURES = REPO / "tests" / "fixtures" / "datasets"
 
 
@@ -61,6 +62,33 @@ def test_every_recipe_validates_and_comments_every_key(path):
     text = path.read_text(encoding="utf-8").splitlines()
     keyed = [line for line in text if ":" in line and not line.lstrip().startswith("#")]
     assert keyed and all("#" in line for line in keyed), [line for line in keyed if "#" not in line][:3]
+
+
+def test_recipes_resolve_to_the_snapshot():
+    """Each recipe, base recipes merged in, is the recipe it was when every file listed every key."""
+    snapshot = json.loads((REPO / "tests" / "fixtures" / "downstream_recipes_resolved.json").read_text())
+    assert sorted(snapshot) == [p.name for p in RECIPES]
+    for path in RECIPES:
+        assert load_downstream_recipe(path) == snapshot[path.name], path.name
+
+
+@pytest.mark.parametrize("path", BASES, ids=lambda p: p.stem)
+def test_base_recipes_validate_and_comment_every_key(path):
+    load_downstream_recipe(path)
+    keyed = [line for line in path.read_text(encoding="utf-8").splitlines()
+             if ":" in line and not line.lstrip().startswith("#")]
+    assert all("#" in line for line in keyed)
+
+
+def test_the_base_recipe_lists_every_key():
+    import yaml
+
+    def keys(tree, prefix=""):
+        return {k for key, value in tree.items()
+                for k in (keys(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key})}
+
+    written = yaml.safe_load((REPO / "recipes" / "downstream" / "_base.yaml").read_text(encoding="utf-8"))
+    assert keys(written) == keys(DOWNSTREAM_SCHEMA)
 
 
 @pytest.mark.parametrize("override, fragment", [
@@ -261,3 +289,23 @@ def test_dim_pe_equal_to_dim_hidden_needs_a_featureless_dataset(tmp_path, data_r
         f"general_pipeline.save_path={tmp_path}"])
     with pytest.raises(RecipeError, match="leaves no room"):
         train_downstream(recipe, progress=False)
+
+
+# ------------------------------------------------------------------ model capabilities
+
+
+def test_models_declare_the_options_they_fix():
+    """A recipe option is passed to a model unless the model class lists it in ``fixed_options``."""
+    from gpse_dgl.nn.models import GPS, Transformer
+    from gpse_dgl.train.downstream.models import _constructor_options
+
+    class LocalOnly(GPS):  # a new model that fixes one option, named unlike any built-in
+        fixed_options = {"global_attention": None}
+
+        def __init__(self, dim_in, dim_out, **kwargs):
+            super().__init__(dim_in, dim_out, **self.fixed_options, **kwargs)
+
+    assert {"local_mpnn", "global_attention", "num_heads"} <= _constructor_options(GPS)
+    assert not {"local_mpnn", "global_attention"} & _constructor_options(Transformer)
+    options = _constructor_options(LocalOnly)
+    assert "global_attention" not in options and "local_mpnn" in options

@@ -13,6 +13,7 @@ from gpse_dgl.train import pretrain as pretrain_module
 from gpse_dgl.train.checkpoint import load_pretrain_checkpoint
 from gpse_dgl.train.data import GraphCollection, build_pretraining_data
 from gpse_dgl.train.pretrain import build_scheduler, pretrain
+from gpse_dgl.train.schedule import CosineWithWarmup
 from gpse_dgl.utils.errors import CheckpointError, RecipeError
 
 NUM_GRAPHS = 60
@@ -358,7 +359,7 @@ def test_resume_with_more_epochs_follows_the_new_schedule(tmp_path, cache_dir):
     with pytest.raises(RecipeError, match=r"general_pipeline.num_epochs: 2 -> 4\).*--allow-recipe-change"):
         run(longer, resume=True)
     resumed = run(longer, resume=True, allow_recipe_change=True)
-    expected = pretrain_module.CosineWithWarmup(warmup=1, total=4)
+    expected = CosineWithWarmup(warmup=1, total=4)
     assert [r["lr"] for r in resumed["history"]] == pytest.approx([0.01 * expected(t) for t in range(4)])
     assert resumed["recipe_changes"] == ["general_pipeline.num_epochs: 2 -> 4"]
     recorded = json.loads((tmp_path / "run" / "metrics.json").read_text())

@@ -258,6 +258,53 @@ def test_validate_recipe_accepts_dicts():
         validate_recipe({"model": {"num_layers": "2"}}, "inline")
 
 
+# ------------------------------------------------------------------ base recipes
+
+
+def test_base_chain_merges_and_the_recipe_wins(tmp_path):
+    (tmp_path / "bases").mkdir()
+    write(tmp_path, "model:\n  num_layers: 4\n  dim_hidden: 32\nseed: 3\n", "bases/root.yaml")
+    write(tmp_path, "base: root.yaml\nmodel:\n  dim_hidden: 48\n", "bases/middle.yaml")
+    path = write(tmp_path, "base: bases/middle.yaml\nmodel:\n  num_layers: 2\n")
+    recipe = load_recipe(path, ["seed=5"])
+    assert (recipe["model"]["num_layers"], recipe["model"]["dim_hidden"], recipe["seed"]) == (2, 48, 5)
+    assert recipe == load_recipe(write(tmp_path, "model:\n  num_layers: 2\n  dim_hidden: 48\nseed: 5\n", "flat.yaml"))
+    assert "base" not in dump_recipe(recipe)
+
+
+def test_errors_name_the_file_the_key_was_written_in(tmp_path):
+    base = write(tmp_path, "model:\n  num_layers: many\n", "base.yaml")
+    path = write(tmp_path, "base: base.yaml\nseed: 1\n")
+    assert error_of(path) == f"{base}: model.num_layers: expected an integer, got 'many'"
+    write(tmp_path, "model:\n  num_layer: 3\n", "typo.yaml")
+    assert error_of(write(tmp_path, "base: typo.yaml\n", "child.yaml")).startswith(
+        f"{tmp_path / 'typo.yaml'}: model.num_layer: unknown key")
+    child = write(tmp_path, "base: good.yaml\nmodel:\n  dropout: 2\n", "child2.yaml")
+    write(tmp_path, "model:\n  dropout: 0.1\n", "good.yaml")
+    assert error_of(child).startswith(f"{child}: model.dropout: expected a value <= 1")
+
+
+def test_a_base_value_can_be_overridden_and_an_empty_section_changes_nothing(tmp_path):
+    write(tmp_path, "model:\n  num_layers: many\n  dim_hidden: 32\ngeneral_pipeline:\n  eval_batch_size: 64\n",
+          "base.yaml")
+    path = write(tmp_path, "base: base.yaml\nmodel:\ngeneral_pipeline:\n  eval_batch_size: null\n")
+    recipe = load_recipe(path, ["model.num_layers=2"])
+    assert recipe["model"]["num_layers"] == 2 and recipe["model"]["dim_hidden"] == 32
+    assert recipe["general_pipeline"]["eval_batch_size"] is None
+
+
+def test_missing_base_and_cycles_are_one_line_errors(tmp_path):
+    path = write(tmp_path, "base: nowhere.yaml\n")
+    assert error_of(path) == (f"{path}: base: base recipe nowhere.yaml not found "
+                              f"(looked for {tmp_path / 'nowhere.yaml'})")
+    write(tmp_path, "base: b.yaml\n", "a.yaml")
+    b = write(tmp_path, "base: a.yaml\n", "b.yaml")
+    message = error_of(write(tmp_path, "base: a.yaml\n", "start.yaml"))
+    assert message.startswith(f"{b}: base: a.yaml is already in the chain of bases") and "cycle" in message
+    assert "a cycle" in error_of(write(tmp_path, "base: self.yaml\n", "self.yaml"))
+    assert "expected the file name of a base recipe" in error_of(write(tmp_path, "base: [a.yaml]\n", "list.yaml"))
+
+
 # ------------------------------------------------------------------ CLI
 
 

@@ -12,7 +12,8 @@ from gpse_dgl.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes" / "downstream"
-ON_DISK = sorted(p for p in RECIPES.glob("*.yaml") if p.stem != "csl")  # every recipe that needs files
+# every recipe that needs files (base recipes, named _*.yaml, are not benchmarks)
+ON_DISK = sorted(p for p in RECIPES.glob("*.yaml") if p.stem != "csl" and not p.name.startswith("_"))
 
 
 def run_cli(args, capsys) -> tuple[int, str, str]:
@@ -79,3 +80,37 @@ def test_missing_gpse_checkpoint_is_a_one_line_error(tmp_path, capsys):
     code, _, err = run_cli([RECIPES / "csl.yaml", "--set", "model.pe.source=GPSE",
                             "--set", f"model.pe.checkpoint={tmp_path / 'missing.pt'}", "--out", tmp_path / "run"], capsys)
     assert code == 2 and err.count("\n") == 1 and "missing.pt not found" in err
+
+
+def test_print_config_shows_the_resolved_recipe_and_trains_nothing(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from gpse_dgl.cli import cli
+    from gpse_dgl.train.downstream_schema import load_downstream_recipe
+
+    args = ["--set", "model.pe.source=RWSE", "--out", str(tmp_path / "run"), "--device", "cpu"]
+    result = CliRunner().invoke(cli, ["train", str(RECIPES / "zinc.yaml"), *args, "--print-config"])
+    assert result.exit_code == 0, result.output
+    printed = yaml.safe_load(result.output)
+    assert printed == load_downstream_recipe(RECIPES / "zinc.yaml", [
+        "model.pe.source=RWSE", f"general_pipeline.save_path={tmp_path / 'run'}", "device=cpu"])
+    assert printed["model"]["num_layers"] == 10 and printed["model"]["pe"]["dim_pe"] == 32  # zinc.yaml's own
+    assert printed["general_pipeline"]["num_seeds"] == 10  # from _base.yaml
+    assert not (tmp_path / "run").exists()
+
+
+def test_pretrain_print_config(tmp_path):
+    import yaml
+    from click.testing import CliRunner
+
+    from gpse_dgl.cli import cli
+    from gpse_dgl.recipes import load_recipe
+
+    recipe = REPO / "recipes" / "quickstart.yaml"
+    result = CliRunner().invoke(cli, ["pretrain", str(recipe), "--set", "model.num_layers=3", "--print-config",
+                                      "--out", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load(result.output) == load_recipe(recipe, ["model.num_layers=3",
+                                                                 f"general_pipeline.save_path={tmp_path / 'run'}"])
+    assert not (tmp_path / "run").exists()

@@ -30,6 +30,20 @@ def allow_recipe_change_option(record_file: str):
                              f"data); the changes are recorded in {record_file}.")
 
 
+def print_config_option(command):
+    """``--print-config``: print the recipe as the verb would run it, and exit (see :func:`echo_recipe`)."""
+    return click.option("--print-config", is_flag=True,
+                        help="Print the full resolved recipe (base recipes merged, --set / --device / --out "
+                             "applied, defaults filled in) as YAML and exit without running.")(command)
+
+
+def echo_recipe(recipe: dict) -> None:
+    """Write a validated recipe to stdout as YAML (what ``--print-config`` shows)."""
+    from ..recipes import dump_recipe
+
+    click.echo(dump_recipe(recipe), nl=False)
+
+
 def check_resume_flags(resume: bool, allow_recipe_change: bool) -> None:
     if allow_recipe_change and not resume:
         raise click.UsageError("--allow-recipe-change only applies with --resume")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from . import allow_recipe_change_option, check_device_option, check_resume_flags, output_options
+from . import (allow_recipe_change_option, check_device_option, check_resume_flags, echo_recipe,
+               output_options, print_config_option)
 
 
 @click.command("pretrain")
@@ -20,9 +21,10 @@ from . import allow_recipe_change_option, check_device_option, check_resume_flag
               help="Device to train on (overrides the recipe's `device`).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output directory (overrides general_pipeline.save_path).")
+@print_config_option
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per epoch instead).")
 @output_options
-def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, out_dir, no_progress):
+def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, out_dir, no_progress, print_config):
     """Pretrain a GPSE encoder from the YAML recipe RECIPE.
 
     The recipe is validated completely before any work starts. Outputs go to
@@ -36,6 +38,7 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
       gpse-dgl pretrain recipes/quickstart.yaml --set general_pipeline.num_epochs=5 --out runs/try
       gpse-dgl pretrain recipes/molpcba.yaml --set data.root=/data/ogb --device cuda
       gpse-dgl pretrain recipes/quickstart.yaml --out runs/try --resume
+      gpse-dgl pretrain recipes/quickstart.yaml --set model.num_layers=8 --print-config
     """
     from ..recipes import load_recipe
     from ..utils.progress import is_quiet
@@ -45,6 +48,9 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
 
     check_resume_flags(resume, allow_recipe_change)
     validated = load_recipe(recipe, cli_overrides(overrides, device, out_dir))
+    if print_config:
+        echo_recipe(validated)
+        return
 
     from ..train.pretrain import format_r2_table, pretrain
 

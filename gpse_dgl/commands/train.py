@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from . import allow_recipe_change_option, check_device_option, check_resume_flags, output_options
+from . import (allow_recipe_change_option, check_device_option, check_resume_flags, echo_recipe,
+               output_options, print_config_option)
 
 
 @click.command("train")
@@ -23,9 +24,11 @@ from . import allow_recipe_change_option, check_device_option, check_resume_flag
               help="Device to train on (overrides the recipe's `device`).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
               help="Output directory (overrides general_pipeline.save_path).")
+@print_config_option
 @click.option("--no-progress", is_flag=True, help="No progress bars (one line per run instead).")
 @output_options
-def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, device, out_dir, no_progress):
+def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, device, out_dir, no_progress,
+            print_config):
     """Train a downstream model from the YAML recipe RECIPE and report test scores at the best
     validation epoch, mean ± std over the runs.
 
@@ -39,6 +42,7 @@ def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, de
       gpse-dgl train recipes/downstream/csl.yaml --set model.pe.source=RWSE --seeds 10
       gpse-dgl train recipes/downstream/zinc.yaml --set data.root=/data --set model.pe.checkpoint=best.pt
       gpse-dgl train recipes/downstream/ogbg-molhiv.yaml --out runs/molhiv --resume
+      gpse-dgl train recipes/downstream/zinc.yaml --print-config   # the recipe with its base merged in
     """
     from ..train.downstream_schema import load_downstream_recipe
     from ..utils.progress import is_quiet
@@ -48,6 +52,9 @@ def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, de
 
     check_resume_flags(resume, allow_recipe_change)
     validated = load_downstream_recipe(recipe, cli_overrides(overrides, device, out_dir))
+    if print_config:
+        echo_recipe(validated)
+        return
 
     from ..train.downstream import format_summary, train_downstream
 

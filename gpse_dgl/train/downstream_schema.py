@@ -217,7 +217,7 @@ def load_downstream_recipe(path: str | os.PathLike, overrides: Iterable[str] = (
         One line naming the file and the key, e.g. ``x.yaml: model.pe.source: expected one of ...``.
     """
     source = str(path)
-    raw = read_recipe_file(source)
+    raw = read_recipe_file(source, DOWNSTREAM_SCHEMA)
     apply_overrides(raw, overrides, source, DOWNSTREAM_SCHEMA)
     return validate_downstream_recipe(raw, source)
 

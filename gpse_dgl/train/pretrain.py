@@ -45,6 +45,7 @@ from .data import PretrainingData, build_pretraining_data, describe_sizes
 from .metrics import R2Accumulator
 from .mixed_precision import MixedPrecision
 from .rundir import RunDirectory, check_resumed_recipe
+from .schedule import LRSchedule
 from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
                       tqdm_write, write_json)
 
@@ -154,14 +155,14 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     model = build_model(model_config, recipe["model"]["backend"]).to(device)
     optimizer = build_optimizer(model, general["optimizer"])
     steps_per_epoch = data_parallel.num_global_batches(len(data.splits["train"]), general["batch_size"], ctx)
-    scheduler = build_scheduler(optimizer, general, steps_per_epoch)
+    scheduler = build_schedule(optimizer, general, steps_per_epoch)
     state = TrainState()
     if resume:
         state = _restore(paths.last, recipe, model_config, model, optimizer, scheduler, allow_recipe_change,
                          mixed)
         # the restored schedule object carries the checkpoint's lengths: take the recipe's (which may
         # have changed, e.g. more epochs) or the fitted one
-        set_schedule_length(scheduler, general, steps_per_epoch, state.num_epochs or general["num_epochs"])
+        scheduler.set_length(state.num_epochs or general["num_epochs"])
         log(f"resume: {paths.last} after epoch {state.epoch}")
     if rundir is not None:  # rank 0
         rundir.replace_previous()  # recipe valid, data and model ready: the old run may go aside now
@@ -224,61 +225,20 @@ def build_optimizer(model: torch.nn.Module, optimizer_recipe: dict) -> torch.opt
                            weight_decay=optimizer_recipe["weight_decay"], foreach=True)
 
 
-class CosineWithWarmup:
-    """Learning-rate factor at scheduler tick ``tick``: linear from ~0 to 1 over ``warmup`` ticks, then
-    half a cosine down to 0 at ``total`` ticks (the authors' / HuggingFace's schedule).
-
-    A callable object rather than a closure so that ``total`` can be shortened after the warm-up
-    (:meth:`_Run.fit_to_time_limit`) and so that ``LambdaLR.state_dict`` saves it.
-    """
-
-    def __init__(self, warmup: float, total: float):
-        self.warmup, self.total = float(warmup), float(total)
-
-    def __call__(self, tick: int) -> float:
-        if tick < self.warmup:
-            return max(1e-6, tick / max(1.0, self.warmup))
-        progress_ = (tick - self.warmup) / max(1.0, self.total - self.warmup)
-        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress_)))
-
-
-def _constant(tick: int) -> float:
-    return 1.0
-
-
 def build_scheduler(optimizer: torch.optim.Optimizer, general: dict, steps_per_epoch: int):
-    """``LambdaLR`` whose factor is a function of the (fractional) epoch reached.
+    """The torch ``LambdaLR`` inside :func:`build_schedule` (for code that steps a torch scheduler itself)."""
+    return build_schedule(optimizer, general, steps_per_epoch).scheduler
 
-    ``cosine_with_warmup`` (:class:`CosineWithWarmup`): linear from ~0 to the peak over
-    ``warmup_epochs``, then half a cosine down to 0 at ``num_epochs`` (:func:`set_schedule_length`
-    changes that end). With ``interval: epoch`` it is stepped once per epoch, as in the paper; with
-    ``interval: step`` after every optimiser step.
+
+def build_schedule(optimizer: torch.optim.Optimizer, general: dict, steps_per_epoch: int) -> LRSchedule:
+    """The run's :class:`~gpse_dgl.train.schedule.LRSchedule` from ``general_pipeline``.
+
+    ``cosine_with_warmup``: linear from ~0 to the peak over ``warmup_epochs``, then half a cosine down
+    to 0 at ``num_epochs`` (:meth:`~gpse_dgl.train.schedule.LRSchedule.set_length` changes that end).
+    With ``interval: epoch`` it moves once per epoch, as in the paper; with ``interval: step`` after
+    every optimiser step.
     """
-    schedule = general["lr_scheduler"]
-    unit = _ticks_per_epoch(general, steps_per_epoch)
-    total = general["num_epochs"] * unit
-    factor = (CosineWithWarmup(schedule["warmup_epochs"] * unit, total)
-              if schedule["name"] == "cosine_with_warmup" else _constant)
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
-def _ticks_per_epoch(general: dict, steps_per_epoch: int) -> int:
-    return steps_per_epoch if general["lr_scheduler"]["interval"] == "step" else 1
-
-
-def set_schedule_length(scheduler, general: dict, steps_per_epoch: int, num_epochs: int) -> None:
-    """Make a :func:`build_scheduler` schedule end at ``num_epochs`` (warm-up as in ``general``)."""
-    factor = scheduler.lr_lambdas[0]
-    if isinstance(factor, CosineWithWarmup):
-        unit = _ticks_per_epoch(general, steps_per_epoch)
-        factor.warmup = float(general["lr_scheduler"]["warmup_epochs"] * unit)
-        factor.total = float(num_epochs * unit)
-        # the rate of the current tick under the new lengths (a resumed optimiser holds the old one)
-        rates = [base * factor(scheduler.last_epoch) for base in scheduler.base_lrs]
-        for group, rate in zip(scheduler.optimizer.param_groups, rates):
-            group["lr"] = rate
-        scheduler._last_lr = rates
-
+    return LRSchedule(optimizer, general["lr_scheduler"], general["num_epochs"], steps_per_epoch)
 
 
 def training_features(graph, dim: int, generator: torch.Generator, share=None) -> torch.Tensor:
@@ -318,7 +278,7 @@ class _Run:
     model: torch.nn.Module
     model_config: dict
     optimizer: torch.optim.Optimizer
-    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scheduler: LRSchedule
     state: TrainState
     eval_batches: dict
     paths: RunPaths
@@ -434,7 +394,7 @@ class _Run:
         if fitted >= self.general["num_epochs"]:
             return None
         self.state.num_epochs = fitted
-        set_schedule_length(self.scheduler, self.general, self.steps_per_epoch, fitted)
+        self.scheduler.set_length(fitted)
         return (f"schedule: fitted to the {limit:g}-minute limit at {epoch_seconds:.1f} s per epoch: "
                 f"{fitted} epochs instead of {self.general['num_epochs']} (repeat this run exactly with "
                 f"--set general_pipeline.num_epochs={fitted} --set general_pipeline.fit_to_time_limit=false)")
@@ -443,13 +403,12 @@ class _Run:
         """Take rank 0's fitted schedule length (every rank must stop after the same epoch)."""
         if num_epochs != self.state.num_epochs:
             self.state.num_epochs = num_epochs
-            set_schedule_length(self.scheduler, self.general, self.steps_per_epoch, num_epochs)
+            self.scheduler.set_length(num_epochs)
 
     def train_one_epoch(self, epoch: int) -> dict:
         """One pass over the training graphs; every random draw derives from (seed, epoch)."""
         seed, train = self.recipe["seed"], self.data.splits["train"]
         batch_size, dim_in = self.general["batch_size"], self.model_config["encoder"]["dim_in"]
-        per_step = self.general["lr_scheduler"]["interval"] == "step"
         order = torch.Generator().manual_seed(derive_seed(seed, "batch order", epoch))
         features = torch.Generator().manual_seed(derive_seed(seed, "features", epoch))
         # dropout uses the global generator; under torchrun each rank draws its own masks
@@ -465,8 +424,7 @@ class _Run:
         for step, (graph, node_true, graph_true, share) in enumerate(bar):
             x = training_features(graph, dim_in, features, share).to(self.device)
             loss, parts = self.training_step(graph, x, node_true, graph_true)
-            if per_step:
-                self.scheduler.step()
+            self.scheduler.after_step()
             counted += share.global_graphs
             for name, value in {"loss": loss, **parts}.items():
                 totals[name] = totals.get(name, 0.0) + _scalar(value) * share.global_graphs
@@ -476,8 +434,7 @@ class _Run:
                 self.writer.add_scalar("train/lr", self.optimizer.param_groups[0]["lr"], global_step)
             if hasattr(bar, "set_postfix"):
                 bar.set_postfix(loss=f"{_scalar(loss):.4f}")
-        if not per_step:
-            self.scheduler.step()
+        self.scheduler.after_epoch()
         return {name: total / max(counted, 1) for name, total in totals.items()}
 
     def training_step(self, graph, x, node_true, graph_true):

@@ -80,6 +80,9 @@ class GraphModel(nn.Module):
 
     #: Whether ``forward`` accepts a list of message-flow blocks (local message passing only).
     supports_blocks = True
+    #: Constructor options the class sets itself and refuses from callers (a recipe's value for them
+    #: is not passed on), e.g. ``Transformer``'s ``local_mpnn``.
+    fixed_options: dict = {}
 
     def __init__(self, dim_in: int | None, dim_out: int, *, dim_hidden: int = 64, num_layers: int = 3,
                  dim_edge: int | None = None, dropout: float = 0.0, pooling: str = "mean",

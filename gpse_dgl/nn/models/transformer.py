@@ -20,8 +20,10 @@ class Transformer(GPS):
     torch.Size([2, 1])
     """
 
+    fixed_options = {"local_mpnn": None, "global_attention": "transformer"}
+
     def __init__(self, dim_in, dim_out, **kwargs):
-        for fixed in ("local_mpnn", "global_attention"):
+        for fixed in self.fixed_options:
             if fixed in kwargs:
                 raise TypeError(f"Transformer fixes {fixed}; use GPS to choose it")
-        super().__init__(dim_in, dim_out, local_mpnn=None, global_attention="transformer", **kwargs)
+        super().__init__(dim_in, dim_out, **self.fixed_options, **kwargs)

@@ -1,0 +1,159 @@
+"""A downstream job (``gpse-dgl train``): its runs trained one after the other, and its summary.
+
+``train_downstream(recipe)`` owns the job directory (lock, ``--overwrite``, ``--resume``), prepares
+the data once, plans the runs (:mod:`.runs`), trains each (:mod:`.loop`) or reads it back when it
+finished earlier, and writes ``results.json``.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import torch
+
+from ...recipes import dump_recipe
+from ...utils import distributed as dist_utils
+from ...utils.io import atomic_write_text
+from ..features import default_cache_dir
+from ..rundir import RunDirectory
+from ..runtime import derive_seed, resolve_device, torch_threads, tqdm_write, write_json
+from .checkpoints import check_job_directory, restore_run
+from .data import Prepared, describe, prepare_data
+from .evaluation import SPLITS, result_line, summarize
+from .loop import Trainer, build_optimizer, build_schedule
+from .models import build_downstream_model, check_sampling
+from .runs import RunPlan, RunState, plan_runs, run_result, run_seeds
+
+
+def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[int] | None = None,
+                     progress: bool = True, overwrite: bool = False, dataset=None,
+                     log: Callable[[str], None] | None = None,
+                     on_epoch_end: Callable[[dict], None] | None = None, allow_recipe_change: bool = False) -> dict:
+    """Train and evaluate a downstream model as ``recipe`` says; return the summary in ``results.json``.
+
+    Parameters
+    ----------
+    recipe : dict
+        A validated downstream recipe (:func:`~gpse_dgl.train.downstream_schema.load_downstream_recipe`).
+    resume : bool
+        Continue the job in ``save_path``: finished runs are read back, an interrupted run continues from
+        its ``last.pt``, the others start.
+    seeds : int or sequence of int, optional
+        Number of seeds (``seed .. seed + n - 1``) or the seeds themselves; default
+        ``general_pipeline.num_seeds``.
+    progress : bool
+        tqdm progress bars.
+    overwrite : bool
+        Replace a job already in ``save_path`` (kept until the new job's first epoch is saved; :mod:`.rundir`).
+    dataset : GraphDataset, optional
+        Use this dataset instead of loading ``data.name`` (e.g. one built in a script).
+    log : callable, optional
+        Receives one-line status messages (default: ``tqdm.write`` with progress, else nothing).
+    on_epoch_end : callable, optional
+        Called with each epoch's record after its checkpoints (when due) are written; raising
+        ``StopIteration`` ends the run early (it is then evaluated as usual), any other exception aborts
+        the job.
+    allow_recipe_change : bool
+        With ``resume``: continue runs whose checkpoint has a recipe that differs in what changes the result
+        (recorded under ``recipe_changes`` in the summary).
+
+    Returns
+    -------
+    dict
+        ``dataset``, ``metric``, ``higher_is_better``, ``pe_source``, ``features``, ``model``,
+        ``runs`` (one dict per run: ``seed``, ``fold``, ``best_epoch``, ``train``, ``val``, ``test``),
+        ``summary`` (``{split: {"mean", "std", "values"}}``), ``paths``, ``wall_time_seconds``, ``recipe``.
+    """
+    started = time.perf_counter()
+    say = log or (tqdm_write if progress else (lambda message: None))
+    general = recipe["general_pipeline"]
+    root = Path(general["save_path"])
+    seed_list = run_seeds(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
+    rundir = RunDirectory(root, JOB_OUTPUTS, overwrite and not resume,
+                          recipe["data"]["cache_dir"] or default_cache_dir(), allow_recipe_change)
+    with torch_threads(general["num_threads"]), \
+            dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
+        if not ctx.is_main:
+            progress, say = False, (lambda message: None)
+        # rank 0 alone owns (locks, checks, replaces) the job directory; the others start once it has
+        with rundir if ctx.is_main else contextlib.nullcontext():
+            if ctx.is_main:
+                check_job_directory(root, resume, overwrite)
+            dist_utils.barrier()
+            device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
+            prepared = prepare_data(recipe, dataset, device, progress, say)
+            say(f"data: {describe(prepared)}")
+            if ctx.is_distributed and prepared.spec.level != "graph":
+                raise dist_utils.DistributedError("torchrun: node-level training (one graph) is not sharded; "
+                                                  "run it as one process")
+            plans = plan_runs(prepared.dataset, recipe, seed_list)
+            if ctx.is_main:
+                rundir.replace_previous()  # recipe valid, data ready: the old job may go aside now
+                atomic_write_text(root / "recipe.yaml", dump_recipe(recipe))
+            results, model_info = [], {}
+            for index, plan in enumerate(plans):
+                title = f"run {index + 1}/{len(plans)} {plan.name}"
+                callback = rundir.commit_after(on_epoch_end) if ctx.is_main else on_epoch_end
+                result, model_info = _run(recipe, prepared, plan, root / plan.name, device, resume, progress, say,
+                                          callback, title, rundir)
+                results.append(result)
+            summary = _job_summary(recipe, prepared, results, model_info, root, started)
+            if not ctx.is_main:
+                return {**summary, "rank": ctx.rank}
+            rundir.commit()  # also when no epoch ran (every run finished earlier)
+            summary["recipe_changes"] = rundir.recipe_changes
+    write_json(root / "results.json", summary)
+    return summary
+
+
+# what a job writes into its directory (what --overwrite replaces): seed<S>[-fold<F>]/ per run
+JOB_OUTPUTS = ("recipe.yaml", "results.json", "seed*")
+
+
+def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resume: bool, progress: bool, say,
+         on_epoch_end, title: str, rundir: RunDirectory | None = None) -> tuple[dict, dict]:
+    """Train one run (or read it back when it already finished); return its result and model info."""
+    torch.manual_seed(derive_seed(plan.seed, "init"))
+    model, config = build_downstream_model(recipe, prepared)
+    model = model.to(device)
+    info = {"name": config["name"], "num_parameters": sum(p.numel() for p in model.parameters()), "config": config}
+    finished = run_dir / "result.json"
+    if resume and finished.is_file():
+        say(f"{title}: finished earlier, reusing {finished}")
+        return json.loads(finished.read_text(encoding="utf-8")), info
+    check_sampling(recipe, prepared, model)
+    general = recipe["general_pipeline"]
+    optimizer = build_optimizer(model, general["optimizer"])
+    scheduler = build_schedule(optimizer, general, prepared.spec)
+    state = RunState()
+    last = run_dir / "last.pt"
+    if resume and last.is_file():
+        state = restore_run(last, recipe, plan, config, model, optimizer, scheduler, rundir)
+        say(f"{title}: resuming after epoch {state.epoch}")
+    trainer = Trainer(recipe, prepared, plan, model, config, optimizer, scheduler, device, run_dir)
+    status = trainer.fit(state, progress, title, on_epoch_end)
+    result = run_result(plan, state, status)
+    if trainer.dist.is_main:
+        write_json(finished, result)
+    say(f"{title}: {result_line(result, prepared.spec)}")
+    return result, info
+
+
+def _job_summary(recipe, prepared: Prepared, results: list, model_info: dict, root: Path, started: float) -> dict:
+    dataset = prepared.dataset
+    return {
+        "status": "complete" if all(r["status"] == "complete" for r in results) else "partial",
+        "dataset": dataset.name, "task": dataset.task, "task_type": dataset.task_type,
+        "metric": prepared.spec.metric, "higher_is_better": prepared.spec.higher_is_better,
+        "pe_source": recipe["model"]["pe"]["source"], "features": prepared.feature_info,
+        "model": {"name": model_info.get("name"), "num_parameters": model_info.get("num_parameters"),
+                  "config": model_info.get("config")},
+        "num_runs": len(results), "runs": results,
+        "summary": {split: summarize([r[split] for r in results]) for split in SPLITS},
+        "paths": {"job": str(root), "results": str(root / "results.json"), "recipe": str(root / "recipe.yaml")},
+        "wall_time_seconds": round(time.perf_counter() - started, 2),
+        "recipe": recipe,
+    }

@@ -1,0 +1,151 @@
+"""The downstream model a recipe describes, and what the chosen model can do.
+
+:func:`model_config` turns the recipe's ``model`` section and the prepared data into a plain dict
+(stored in checkpoints); :func:`model_from_config` builds it from :mod:`gpse_dgl.nn.models`. A model
+declares what it accepts: its constructor's keyword arguments (and those of the classes it passes
+``**kwargs`` on to), minus its ``fixed_options``; ``supports_blocks`` says whether it trains on
+neighbour-sampled blocks. Options a model does not accept are not passed to it, so a new model is one
+file in ``nn/models/`` plus its ``@register_model`` line.
+"""
+from __future__ import annotations
+
+import inspect
+
+import torch
+
+from ...utils.errors import RecipeError
+from ..runtime import first_line
+from .data import Prepared
+
+
+def build_downstream_model(recipe: dict, prepared: Prepared) -> tuple[torch.nn.Module, dict]:
+    """Build the model a recipe describes for ``prepared`` data; return it and its plain config."""
+    config = model_config(recipe["model"], prepared)
+    return model_from_config(config), config
+
+
+def model_config(model_recipe: dict, prepared: Prepared) -> dict:
+    """Plain-dict description of the model (stored in checkpoints; :func:`model_from_config` builds it)."""
+    from ...nn.models import MODEL_REGISTRY
+
+    name = model_recipe["name"].lower()
+    cls = MODEL_REGISTRY[name]
+    pe = model_recipe["pe"]
+    pe_dim = prepared.table.dim if prepared.table is not None else 0
+    pe_only = pe_dim > 0 and pe["dim_pe"] == model_recipe["dim_hidden"]
+    if pe_only and prepared.node_feat is not None:
+        raise RecipeError(f"model.pe.dim_pe: equal to model.dim_hidden ({pe['dim_pe']}) leaves no room for "
+                          f"{prepared.dataset.name}'s node features; make it smaller")
+    node_encoder, dim_in = _node_encoder(model_recipe["node_encoder"], prepared)
+    edge_encoder, dim_edge = _edge_encoder(model_recipe["edge_encoder"], prepared)
+    kwargs = {
+        "dim_in": dim_in, "dim_out": prepared.spec.dim_out, "dim_hidden": model_recipe["dim_hidden"],
+        "num_layers": model_recipe["num_layers"], "dim_edge": dim_edge, "dropout": model_recipe["dropout"],
+        "pooling": model_recipe["pooling"], "task_level": prepared.spec.level, "node_encoder": node_encoder,
+        "edge_encoder": edge_encoder, "layers_pre_mp": model_recipe["layers_pre_mp"],
+        "backend": None if model_recipe["backend"] == "auto" else model_recipe["backend"],
+    }
+    for key in ("layers_post_mp", "head_halving"):
+        if model_recipe[key] is not None:
+            kwargs[key] = model_recipe[key]
+    options = {"local_mpnn": model_recipe["local_mpnn"], "global_attention": model_recipe["global_attention"],
+               "num_heads": model_recipe["num_heads"], "attn_dropout": model_recipe["attn_dropout"],
+               "batchnorm": model_recipe["batchnorm"], "residual": model_recipe["residual"]}
+    accepted = _constructor_options(cls)
+    kwargs.update({k: (None if v == "none" else v) for k, v in options.items() if k in accepted})
+    pe_encoder = None
+    if pe_dim:
+        pe_encoder = {"dim_in": pe_dim, "dim_pe": pe["dim_pe"], "model": pe["model"], "batchnorm": pe["batchnorm"],
+                      "dropout_in": pe["dropout_in"], "dropout_out": pe["dropout_out"], "n_layers": pe["layers"]}
+    return {"name": name, "kwargs": kwargs, "pe_encoder": pe_encoder, "pe_only": pe_only}
+
+
+def model_from_config(config: dict) -> torch.nn.Module:
+    """Instantiate :func:`model_config` output.
+
+    ``pe_only`` (``dim_pe == dim_hidden`` on a dataset without node features) makes the PE encoder the
+    node encoder, as GraphGPS does with ``expand_x=False``; the model then takes the PE as ``node_feat``.
+    """
+    from ...nn.models import build_model
+    from ...nn.pe_encoder import PEEncoder
+
+    kwargs = dict(config["kwargs"])
+    if config["pe_encoder"] is not None:
+        encoder = PEEncoder(**config["pe_encoder"])
+        if config["pe_only"]:
+            kwargs["node_encoder"] = encoder
+        else:
+            kwargs["pe_encoder"] = encoder
+    try:
+        return build_model(config["name"], **kwargs)
+    except ValueError as exc:  # e.g. dim_pe >= dim_hidden, heads not dividing the width
+        raise RecipeError(f"model: {first_line(exc)}") from None
+
+
+def _constructor_options(cls) -> set:
+    """Keyword arguments a model class (or the model classes it passes **kwargs on to) accepts, less the
+    options it fixes itself (its ``fixed_options``)."""
+    names: set = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = inspect.signature(init).parameters
+        names |= {n for n, p in params.items() if p.kind is p.KEYWORD_ONLY or p.kind is p.POSITIONAL_OR_KEYWORD}
+        if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+            break
+    return names - set(getattr(cls, "fixed_options", {}))
+
+
+def _node_encoder(choice: str, prepared: Prepared) -> tuple[str, int | None]:
+    kind, key = prepared.node_kind, prepared.node_feat
+    if choice == "auto":
+        choice = {"ogb-atom": "atom", "categorical": "type", "float": "linear"}.get(kind, "constant")
+        if key is None:
+            choice = "constant"
+    if choice in ("atom", "constant"):
+        return choice, None
+    if key is None:
+        raise RecipeError(f"model.node_encoder: {choice!r} needs node features, {prepared.dataset.name} has none")
+    if choice == "type":
+        return choice, _num_types(prepared, "num_node_types", [g.ndata[key] for g in prepared.graphs])
+    return choice, int(prepared.graphs[0].ndata[key].reshape(prepared.graphs[0].num_nodes(), -1).shape[1])
+
+
+def _edge_encoder(choice: str, prepared: Prepared) -> tuple[str | None, int | None]:
+    kind, key = prepared.edge_kind, prepared.edge_feat
+    if choice == "auto":
+        if key is None:
+            return None, None
+        choice = {"ogb-bond": "bond", "categorical": "type", "float": "linear"}.get(kind, "linear")
+    if choice in ("bond", "constant"):
+        return choice, None
+    if key is None:
+        raise RecipeError(f"model.edge_encoder: {choice!r} needs edge features, {prepared.dataset.name} has none")
+    if choice == "type":
+        return choice, _num_types(prepared, "num_edge_types", [g.edata[key] for g in prepared.graphs])
+    first = next((g for g in prepared.graphs if g.num_edges()), prepared.graphs[0])
+    return choice, int(first.edata[key].reshape(first.num_edges(), -1).shape[1])
+
+
+def _num_types(prepared: Prepared, info_key: str, values: list) -> int:
+    known = prepared.dataset.info.get(info_key)
+    if known:
+        return int(known)
+    return int(max(int(v.max()) for v in values if v.numel()) + 1)  # types seen in the data
+
+
+def uses_edge_features(model) -> bool:
+    from ...nn.feature_encoders import ConstantEncoder
+
+    return model.edge_encoder is not None and not isinstance(model.edge_encoder, ConstantEncoder)
+
+
+def check_sampling(recipe, prepared: Prepared, model) -> None:
+    if recipe["general_pipeline"]["sampling"] != "neighbor":
+        return
+    if prepared.spec.level != "node":
+        raise RecipeError("general_pipeline.sampling: neighbour sampling is for node-level datasets")
+    if not getattr(model, "supports_blocks", False) or uses_edge_features(model):
+        raise RecipeError(f"general_pipeline.sampling: {recipe['model']['name']} cannot train on sampled "
+                          f"blocks (it needs whole graphs or edge features); use sampling: full")
