@@ -79,11 +79,11 @@ def _positive_split(values: list) -> str | None:
     return None
 
 
-# = gpse_dgl.utils.precision.PRECISIONS (not imported: recipes are read without torch)
-PRECISION_CHOICES = ("fp32", "bf16", "fp16")
+# = gpse_dgl.utils.precision.PRECISION_CHOICES (not imported: recipes are read without torch)
+PRECISION_CHOICES = ("fp32", "bf16", "fp16", "auto")
 PRECISION_HELP = ("fp32, or mixed bf16 (native on CPUs with avx512_bf16/AMX and on recent GPUs) / fp16 "
                   "(CUDA only): dense products in that precision, sums, norms, losses, optimiser state "
-                  "and checkpoints in fp32")
+                  "and checkpoints in fp32; auto = bf16 where the device runs it natively, else fp32")
 
 _device_string = check_device_name
 

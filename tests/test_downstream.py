@@ -309,3 +309,30 @@ def test_models_declare_the_options_they_fix():
     assert not {"local_mpnn", "global_attention"} & _constructor_options(Transformer)
     options = _constructor_options(LocalOnly)
     assert "global_attention" not in options and "local_mpnn" in options
+
+
+@pytest.mark.parametrize("general, gpse, expected", [
+    ("bf16", None, "bf16"),     # the encoder pass follows the model's precision by default
+    ("bf16", "fp32", "fp32"),   # unless the recipe keeps encodings exact (CSL, EXP)
+    ("fp32", "bf16", "bf16"),
+    ("auto", None, "fp32"),     # auto is resolved for the device before it keys the features cache
+])
+def test_gpse_encodings_take_their_own_precision(monkeypatch, general, gpse, expected):
+    from gpse_dgl.train.downstream import data as downstream_data
+    from gpse_dgl.utils import precision as prec
+
+    monkeypatch.setattr(prec, "_cpu_native_bf16", lambda: False)
+    seen = {}
+
+    def fake_load_features(graphs, name, pe_recipe, **kwargs):
+        seen.update(pe_recipe)
+        raise StopIteration  # the recipe handed to the features is all this test needs
+
+    monkeypatch.setattr(downstream_data, "load_features", fake_load_features, raising=False)
+    import gpse_dgl.train.features as features
+    monkeypatch.setattr(features, "load_features", fake_load_features)
+    recipe = load_downstream_recipe(REPO / "recipes/downstream/csl.yaml", [
+        f"general_pipeline.precision={general}", f"model.pe.gpse_precision={'null' if gpse is None else gpse}"])
+    with pytest.raises(StopIteration):
+        downstream_data.prepare_data(recipe, device="cpu")
+    assert seen["precision"] == expected

@@ -45,13 +45,26 @@ def quiet_bf16(monkeypatch):
 
 
 def test_names_dtypes_and_recipe_choices():
-    assert PRECISIONS == PRECISION_CHOICES == ("fp32", "bf16", "fp16")
+    assert PRECISIONS == ("fp32", "bf16", "fp16")
+    assert PRECISION_CHOICES == prec.PRECISION_CHOICES == PRECISIONS + ("auto",)
     assert resolve_precision("fp32", "cpu") is torch.float32
 
 
 def test_unknown_precision_lists_the_choices():
-    with pytest.raises(PrecisionError, match=r"unknown precision 'fp8'; choose one of fp32, bf16, fp16"):
+    with pytest.raises(PrecisionError, match=r"unknown precision 'fp8'; choose one of fp32, bf16, fp16, auto"):
         resolve_precision("fp8", "cpu")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_is_bf16_exactly_where_it_is_native(monkeypatch, native):
+    monkeypatch.setattr(prec, "_cpu_native_bf16", lambda: native)
+    expected = torch.bfloat16 if native else torch.float32
+    assert prec.select_precision("auto", "cpu") == ("bf16" if native else "fp32")
+    assert resolve_precision("auto", "cpu") is expected
+    assert MixedPrecision("auto", "cpu").precision == ("bf16" if native else "fp32")
+    lin = torch.nn.Linear(4, 2)
+    with autocast("auto", "cpu"):
+        assert lin(torch.ones(3, 4)).dtype is expected
 
 
 def test_fp16_on_cpu_suggests_bf16():

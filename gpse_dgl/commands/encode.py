@@ -101,8 +101,9 @@ def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
 @click.option("--directed", is_flag=True,
               help="Use edges exactly as given instead of the simple undirected graph GPSE was trained on.")
 @click.option("--precision", default="fp32", show_default=True,
-              help="fp32, bf16 (native on CPUs with avx512_bf16/AMX and on recent GPUs) or fp16 (CUDA): "
-                   "precision of the dense products; encodings are stored as float32 in every case.")
+              help="fp32, bf16 (native on CPUs with avx512_bf16/AMX and on recent GPUs), fp16 (CUDA) or auto "
+                   "(bf16 where native, else fp32): precision of the dense products; encodings are stored as "
+                   "float32 in every case.")
 @output_options
 def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, device, batch_size, seed,
             samples, sampled, fanouts, directed, precision):
@@ -136,10 +137,11 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
     from ..utils.distributed import local_device, process_group
     from ..utils.preflight import check_output_file
 
-    from ..utils.precision import resolve_precision
+    from ..utils.precision import resolve_precision, select_precision
 
     device = resolve_device(device)
     resolve_precision(precision, device, warn=False)  # a bad name fails before any work
+    precision = select_precision(precision, device)  # auto -> the name the log line reports
     check_output_file(out_path, "--out")
     with process_group("auto", device) as ctx:  # under torchrun: each process encodes its share
         with contextlib.ExitStack() as quiet:

@@ -41,13 +41,13 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..utils.precision import PRECISIONS, select_precision
 from .inference import encode, encode_dataset
 
 __all__ = ["AddGPSE", "precompute_gpse", "resolve_model", "PRECISIONS"]
 
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("fp32", "bf16", "fp16")
 _CACHE_VERSION = 1
 
 
@@ -60,10 +60,10 @@ def resolve_model(model, device=None):
     return load_gpse(model, device=device or "cpu")
 
 
-def _precision_options(precision: str) -> dict:
-    """Keyword arguments for :func:`encode` / :func:`encode_dataset`: none for the fp32 reference."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+def _precision_options(precision: str, device) -> dict:
+    """Keyword arguments for :func:`encode` / :func:`encode_dataset`: none for the fp32 reference
+    (``auto`` resolved for ``device``, so cached encodings are keyed by the precision that made them)."""
+    precision = select_precision(precision, device or "cpu")
     return {} if precision == "fp32" else {"precision": precision}
 
 
@@ -100,10 +100,10 @@ class AddGPSE:
 
     def __init__(self, model=None, seed: int = 0, samples: int = 1, precision: str = "fp32", key: str = "gpse",
                  device=None, **kwargs):
-        self.options = {"seed": seed, "samples": samples, "device": device, **_precision_options(precision),
-                        **kwargs}
+        self.options = {"seed": seed, "samples": samples, "device": device,
+                        **_precision_options(precision, device), **kwargs}
         self.model = resolve_model(model, device)
-        self.precision = precision
+        self.precision = self.options.get("precision", "fp32")
         self.key = key
 
     def __call__(self, g: dgl.DGLGraph) -> dgl.DGLGraph:
@@ -177,7 +177,8 @@ def precompute_gpse(dataset, model=None, seed: int = 0, samples: int = 1, precis
     >>> graphs[0].ndata["pe"].shape
     torch.Size([2, 4])
     """
-    options = _precision_options(precision)
+    options = _precision_options(precision, device)
+    precision = options.get("precision", "fp32")
     graphs = dataset_graphs(dataset)
     model = resolve_model(model, device)
     path = fingerprint = None

@@ -147,6 +147,10 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
                                   "e.g. ogbn-proteins)"),
             "gpse_fanouts": Field("number_list", [30, 20, 10, 5], "source GPSE with gpse_sampled: neighbours "
                                   "per hop, the last repeated for the remaining layers", check=_positive_ints),
+            "gpse_precision": Field("choice", None, "source GPSE: precision of the encoder pass; null = "
+                                    "general_pipeline.precision (fp32 keeps encodings whose differences are "
+                                    "finer than bf16's rounding, e.g. CSL's)", choices=PRECISION_CHOICES,
+                                    nullable=True),
             "storage": Field("choice", "float32", "dtype of the cached encodings (float16 halves memory)",
                              choices=("float32", "float16")),
         },

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.precision import autocast, grad_scaler, resolve_precision
+from ..utils.precision import autocast, grad_scaler, resolve_precision, select_precision
 
 __all__ = ["MixedPrecision"]
 
@@ -40,7 +40,7 @@ class MixedPrecision:
     def __init__(self, precision: str, device):
         self.device = torch.device(device)
         self.dtype = resolve_precision(precision, self.device)
-        self.precision = precision
+        self.precision = select_precision(precision, self.device)  # auto -> the concrete name
         self.scaler = grad_scaler(precision, self.device)
 
     def autocast(self):

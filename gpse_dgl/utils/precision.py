@@ -8,6 +8,9 @@ in the low precision while the model code keeps its accumulations in float32 whe
 Parameters, optimiser state and checkpoints stay float32; fp16 training needs a gradient scaler
 (:func:`grad_scaler`), bf16 does not.
 
+``auto`` picks :func:`suggested_precision` for the device (:func:`select_precision`): bf16 where it is
+native, else fp32, so one recipe runs fast on a bf16 machine and exactly on the others.
+
 Native support (:func:`native_support`): bf16 on CUDA GPUs that report it (Ampere and later) and on
 CPUs with ``avx512_bf16`` or AMX; fp16 on CUDA only. bf16 elsewhere on a CPU is emulated by torch, so
 it runs, with a warning, several times slower than fp32.
@@ -33,10 +36,12 @@ import torch
 
 from .errors import GPSEError
 
-__all__ = ["PRECISIONS", "PrecisionError", "resolve_precision", "autocast", "native_support",
+__all__ = ["PRECISIONS", "PRECISION_CHOICES", "PrecisionError", "select_precision", "resolve_precision", "autocast",
+           "native_support",
            "suggested_precision", "accumulation_dtype", "to_accumulation", "grad_scaler"]
 
 PRECISIONS = ("fp32", "bf16", "fp16")
+PRECISION_CHOICES = PRECISIONS + ("auto",)  # what users may write: auto = the device's suggestion
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 # CPU feature flags (/proc/cpuinfo) that give native bf16 dot products.
 _CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16")
@@ -86,14 +91,29 @@ def suggested_precision(device) -> str:
     return "bf16" if native_support(device)["bf16"] else "fp32"
 
 
+def select_precision(precision: str, device) -> str:
+    """The concrete precision name ``precision`` stands for on ``device``: ``auto`` becomes
+    :func:`suggested_precision`, the others stay. Unknown names raise :class:`PrecisionError`.
+
+    >>> select_precision("fp32", "cpu")
+    'fp32'
+    >>> select_precision("auto", "cpu") in ("fp32", "bf16")
+    True
+    """
+    if precision == "auto":
+        return suggested_precision(device)
+    if precision not in _DTYPES:
+        raise PrecisionError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISION_CHOICES)}")
+    return precision
+
+
 def resolve_precision(precision: str, device, warn: bool = True) -> torch.dtype:
-    """Validate ``precision`` for ``device`` and return its torch dtype.
+    """Validate ``precision`` for ``device`` and return its torch dtype (``auto`` as in :func:`select_precision`).
 
     Unknown names and fp16 on a CPU raise :class:`PrecisionError`; bf16 where it is not native warns
     (once per call) that it will be slow.
     """
-    if precision not in _DTYPES:
-        raise PrecisionError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
+    precision = select_precision(precision, device)
     device = torch.device(device)
     if precision == "fp16" and device.type != "cuda":
         raise PrecisionError(f"fp16 needs a CUDA GPU ({device.type} has no fast fp16 path); use bf16 or fp32")
@@ -105,6 +125,7 @@ def resolve_precision(precision: str, device, warn: bool = True) -> torch.dtype:
 
 def autocast(precision: str, device):
     """A context where dense products run in ``precision`` on ``device`` (a no-op for fp32)."""
+    precision = select_precision(precision, device)
     if precision == "fp32":
         return contextlib.nullcontext()
     device = torch.device(device)
@@ -124,4 +145,4 @@ def to_accumulation(tensor: torch.Tensor) -> torch.Tensor:
 def grad_scaler(precision: str, device) -> torch.amp.GradScaler:
     """A gradient scaler, enabled only for fp16 (bf16 and fp32 have fp32's exponent range)."""
     device = torch.device(device)
-    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")
+    return torch.amp.GradScaler(device.type, enabled=select_precision(precision, device) == "fp16")

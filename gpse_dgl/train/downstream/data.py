@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ...utils.errors import RecipeError
+from ...utils.precision import select_precision
 from .evaluation import TaskSpec, task_spec
 
 
@@ -50,7 +51,10 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
     if data["node_feat_from_edges"]:
         graphs = [_edge_mean_features(g, dataset.edge_feat_key or "feat") for g in graphs]
         node_feat, node_kind = "feat_from_edges", "float"
-    pe_recipe = dict(recipe["model"]["pe"], precision=recipe["general_pipeline"]["precision"])
+    # the encoder pass may run in its own precision: fine tasks (CSL) need fp32 encodings under a bf16 model
+    pe = recipe["model"]["pe"]
+    pe_recipe = dict(pe, precision=select_precision(pe.get("gpse_precision") or recipe["general_pipeline"]["precision"],
+                                                    device or "cpu"))
     table, info = load_features(graphs, dataset.name, pe_recipe, cache_dir=data["cache_dir"],
                                 device=device, progress=progress, log_fn=log)
     return Prepared(dataset, graphs, dataset.labels, spec, table, node_feat, edge_feat, node_kind, edge_kind,
