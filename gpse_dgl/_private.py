@@ -52,8 +52,7 @@ import functools
 import numpy as np
 import torch
 
-from . import _env  # noqa: F401  (before dgl)
-import dgl  # noqa: E402
+from . import _env  # noqa: F401  (DGLBACKEND before the dgl imports below)
 
 #: Releases the accesses below were read against; ``tests/test_private_access.py`` fails on any other.
 CHECKED_VERSIONS = {"dgl": ("1.1.3", "2.1.0"), "torch": ("2.13",)}

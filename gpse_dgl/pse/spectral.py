@@ -1,3 +1,5 @@
+# size: most of this file is DenseBatch, whose lazily shared decompositions (sym, sym_low, comb, comb_pinv)
+# serve each other; EdgeCollection and SparseGraph are the inputs it is built from.
 r"""Shared graph views for the PSE computations: edge collections, dense same-size batches, large graphs.
 
 All PSEs are defined on simple undirected graphs. :class:`EdgeCollection` reduces any input (a list of

@@ -1,3 +1,5 @@
+# size: one run's life in one place: the driver, the epoch loop with its time-limit fitting (_Run), resuming
+# and the per-epoch logs share the run's state; data, checkpoints and metrics are modules of their own.
 """GPSE pretraining from a validated recipe (:mod:`gpse_dgl.recipes`).
 
 ``pretrain(recipe)`` runs the paper's procedure: unique molecular skeletons split 90 / 5 / 5, targets
