@@ -10,15 +10,15 @@ re-read the accesses below against the new release, and add the version.
 DGL (checked against 1.1.3 and 2.1.0):
 
 * :func:`union_edges` -- ``dgl.heterograph_index.disjoint_union(metagraph, [g._graph ...])`` (the C++ call
-  ``dgl.batch`` makes, without its per-graph Python bookkeeping: about 20 us a graph, more than a
-  molecule's PSEs take), ``g._graph.num_nodes(0)``, ``g._graph.edges(0)``, ``g._graph.metagraph``,
+  ``dgl.batch`` makes, without its per-graph Python bookkeeping, which costs more than a molecule's
+  PSEs), ``g._graph.num_nodes(0)``, ``g._graph.edges(0)``, ``g._graph.metagraph``,
   ``g._node_frames``, ``g._edge_frames``.
 * :func:`node_frame_rows` -- ``g._node_frames[0].num_rows``: a graph's node count as a Python attribute
-  (``g.num_nodes()`` asks the C++ graph, about ten times slower).
+  (``g.num_nodes()`` asks the C++ graph, through a foreign-function call per graph).
 * :func:`is_batch` -- ``g._batch_num_nodes`` (``g.batch_size`` would fill that cache on a plain graph).
 * :class:`NodeColumnWriter` -- ``dgl.frame.Frame``, ``Column``, ``Scheme`` and ``Frame._columns``: a
-  finished tensor goes into a graph's node frame without ``g.ndata.update``'s per-call checks (about
-  30 us per field and graph, more than the PSEs of a molecule).
+  finished tensor goes into a graph's node frame without ``g.ndata.update``'s per-call checks (they
+  cost more per field and graph than the PSEs of a molecule).
 * :func:`libdgl_path`, :func:`tensoradapter_loaded` -- ``dgl._ffi.base._LIB._name`` and
   ``dgl._ffi.base.tensor_adapter_loaded``, for ``gpse-dgl info``.
 

@@ -57,8 +57,8 @@ def _intra_op_threads(num: Optional[int]):
 
     The per-chunk kernels on small matrices (molecules: n ~ 20) are far too small to gain from threads,
     but each op still opens an OpenMP parallel region; on a machine whose cores are busy the region's
-    barrier waits for descheduled threads, which made the molecule workload ~10x slower with 2 threads
-    than with 1 on a loaded 2-core machine. Large matrices keep torch's setting (threaded LAPACK pays).
+    barrier waits for descheduled threads, so several threads make such work much slower than one on a
+    loaded machine. Large matrices keep torch's setting (threaded LAPACK pays).
     """
     prev = torch.get_num_threads()
     if num is None or num >= prev:
@@ -96,8 +96,8 @@ _POOLS: dict = {}  # (process id, workers) -> ThreadPoolExecutor, see _worker_po
 def _worker_pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
     """A thread pool of ``workers`` single-threaded workers, kept for the life of the process.
 
-    Starting two threads costs the calling thread ~3 ms (each start waits until the new thread holds
-    the GIL), about 6 % of LapPE for 3,000 molecules, so pools are reused across calls. Keyed by
+    Starting threads costs the calling thread time (each start waits until the new thread holds the
+    GIL), a noticeable share of a fast PSE over thousands of molecules, so pools are reused across calls. Keyed by
     process id: a forked child (a DataLoader worker, say) inherits the dict but not the threads, and
     gets pools of its own.
     """
@@ -118,8 +118,8 @@ def _precompute_all(batches) -> None:
 
 def _blas_threads(num: Optional[int]):
     """Cap the threads of numpy/scipy's BLAS (the partial eigensolver runs there) when threadpoolctl is
-    installed; a no-op context otherwise or for ``num=None`` (the cap costs ~2 ms, so it is only used
-    when scipy's LAPACK actually runs inside the single-threaded phase)."""
+    installed; a no-op context otherwise or for ``num=None`` (the cap itself has a cost, so it is only
+    used when scipy's LAPACK actually runs inside the single-threaded phase)."""
     if num is None:
         return contextlib.nullcontext()
     try:
@@ -166,8 +166,7 @@ class Job:
     With the thread pool, the parts form one pipeline: while the workers decompose the matrices of
     part ``i``, the calling thread already reads part ``i + 1`` (disjoint union, two-colouring) and
     writes out the finished part ``i - 1``. With a single part these steps at both ends would leave
-    one of two cores idle (about 13 ms before the first decomposition starts and 5 ms after the last
-    ends, for 3,000 molecules).
+    one of two cores idle before the first decomposition starts and after the last ends.
     """
 
     def __init__(self, names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device,
@@ -385,7 +384,7 @@ class _Part:
             (result.node if s.level == "node" else result.graph)[s.name] = value
         # When only the lowest eigenpairs are needed, scipy's partial solver (OpenBLAS) does the work and
         # torch only builds and post-processes small arrays; torch's OpenMP threads, spinning after each
-        # op, then compete with OpenBLAS's own (2.4x slower at n = 300, 2 cores), so torch runs on one thread.
+        # op, then compete with OpenBLAS's own, so torch runs on one thread.
         partial_only = job.on_cpu and bool(job.needs) and job.needs <= {"sym_low", "sym_low_values"}
         with _intra_op_threads(1 if partial_only else None):
             for n, gids in self.big:

@@ -23,8 +23,8 @@ computes, lazily and once, the eigendecompositions the requested PSEs need:
   the first ``k`` non-zero ones (LapPE, EigVals). Taken from ``sym`` when that is computed anyway or
   when a worker thread precomputes the decompositions (:meth:`DenseBatch.precompute`); otherwise, for
   graphs of at least :data:`PARTIAL_MIN_N` nodes on the CPU, LAPACK's MRRR solver
-  (``scipy.linalg.eigh(..., subset_by_index=..., driver="evr")``) computes just those, about 5x faster
-  than a full decomposition at n = 300-1000; smaller graphs use one batched ``eigh`` / ``eigvalsh``,
+  (``scipy.linalg.eigh(..., subset_by_index=..., driver="evr")``) computes just those, a fraction of the
+  work of a full decomposition; smaller graphs use one batched ``eigh`` / ``eigvalsh``,
   and, when they are bipartite (most molecules), one of half the size (:mod:`.bipartite`).
 * ``comb``: the combinatorial Laplacian :math:`L = D - A = V M V^\top`; serves HKdiagSE, and ElstaticPE
   through the pseudo-inverse :math:`L^+ = \sum_{\mu_i \neq 0} \mu_i^{-1} v_i v_i^\top` when it is
