@@ -19,8 +19,8 @@ DGL (checked against 1.1.3 and 2.1.0):
 * :class:`NodeColumnWriter` -- ``dgl.frame.Frame``, ``Column``, ``Scheme`` and ``Frame._columns``: a
   finished tensor goes into a graph's node frame without ``g.ndata.update``'s per-call checks (they
   cost more per field and graph than the PSEs of a molecule).
-* :func:`libdgl_path`, :func:`tensoradapter_loaded` -- ``dgl._ffi.base._LIB._name`` and
-  ``dgl._ffi.base.tensor_adapter_loaded``, for ``gpse-dgl info``.
+* :func:`dgl_libraries` (``gpse-dgl info``), through :func:`libdgl_path` and :func:`tensoradapter_loaded`
+  -- ``dgl._ffi.base._LIB._name`` and ``dgl._ffi.base.tensor_adapter_loaded``.
 
 The import guard for DGL 2.x's graphbolt (:mod:`gpse_dgl._dgl_compat`) relies on DGL's package layout
 (``dgl/graphbolt/libgraphbolt_pytorch_<torch version>.so``), not on private attributes; it is checked by
@@ -52,7 +52,9 @@ import functools
 import numpy as np
 import torch
 
-from . import _env  # noqa: F401  (DGLBACKEND before the dgl imports below)
+from . import _dgl_compat
+from . import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+import dgl  # noqa: E402
 
 #: Releases the accesses below were read against; ``tests/test_private_access.py`` fails on any other.
 CHECKED_VERSIONS = {"dgl": ("1.1.3", "2.1.0"), "torch": ("2.13",)}
@@ -161,6 +163,23 @@ def tensoradapter_loaded() -> bool:
     from dgl._ffi import base  # here: a DGL without it must still import gpse_dgl
 
     return bool(getattr(base, "tensor_adapter_loaded", False))
+
+
+def dgl_libraries() -> dict[str, str]:
+    """Which of DGL's compiled libraries this process uses, one line each, for ``gpse-dgl info``.
+
+    ``libdgl`` (the kernels; required), ``tensoradapter`` (optional: DGL then shares memory with torch's
+    allocator; DGL ships it per torch release and works without it) and ``graphbolt`` (see
+    :func:`gpse_dgl._dgl_compat.guard_graphbolt`).
+    """
+    torch_version = torch.__version__.split("+", maxsplit=1)[0]
+    adapter = f"libtensoradapter_pytorch_{torch_version}.so"
+    if tensoradapter_loaded():
+        adapter_line = f"loaded ({adapter})"
+    else:
+        adapter_line = f"not loaded (DGL {dgl.__version__} ships no {adapter}; DGL runs without it)"
+    return {"libdgl": f"loaded ({libdgl_path()})", "tensoradapter": adapter_line,
+            "graphbolt": _dgl_compat.GRAPHBOLT_STATUS}
 
 
 #: pickle ``(module, name)`` -> the torch function a pickled tensor is rebuilt with

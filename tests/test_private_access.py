@@ -98,6 +98,8 @@ def test_dgl_library_state_matches_the_files():
     assert os.path.basename(_private.libdgl_path()).startswith("libdgl")
     assert _private.tensoradapter_loaded() in (True, False)
     assert _private.tensoradapter_loaded() == bool(getattr(base, "tensor_adapter_loaded", False))
+    lines = _private.dgl_libraries()
+    assert set(lines) == {"libdgl", "tensoradapter", "graphbolt"} and _private.libdgl_path() in lines["libdgl"]
 
 
 def test_torch_pickle_globals_are_what_a_tensor_pickles_to():

@@ -27,7 +27,7 @@ def _rdkit_corpus_size() -> str:
 
 def _echo_dgl_libraries() -> None:
     """One line per DGL library (libdgl, tensoradapter, graphbolt): loaded, missing or stubbed, and why."""
-    from .._dgl_compat import dgl_libraries
+    from .._private import dgl_libraries
 
     click.echo("dgl libraries:")
     for name, state in dgl_libraries().items():
