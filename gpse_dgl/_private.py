@@ -1,9 +1,9 @@
 """Every use gpse-dgl makes of private DGL and torch internals, in one module.
 
-Private attributes change without notice between releases. Each function here wraps one of them, checks
-what it can, and returns ``None`` (or ``False``) when the layout is not the known one, so that the caller
-takes the public route instead; none of them is needed for correctness, only for speed or for a
-torch-equal result. ``tests/test_private_access.py`` compares each one with its public counterpart and
+Private attributes change without notice between releases. The DGL accesses are there for speed only:
+each function checks what it can and returns ``None`` (or ``False``) when the layout is not the known one,
+so that the caller takes the public route instead. The torch ones have no public equivalent: the names a
+pickled tensor refers to, and torch's own initialisation of attention layers. ``tests/test_private_access.py`` compares each one with its public counterpart and
 fails on a DGL or torch release not listed in :data:`CHECKED_VERSIONS`: on an upgrade, run that test,
 re-read the accesses below against the new release, and add the version.
 
