@@ -12,7 +12,9 @@ a stub module under the name ``dgl.graphbolt`` into ``sys.modules``: ``dgl.distr
 name at import time, and every attribute access on the stub raises :class:`GraphboltUnavailable`, naming
 the reason. When graphbolt would import (DGL 1.x has none; DGL 2.x with a matching torch and torchdata),
 nothing is touched. Nothing is written to disk. The decision is taken from files on disk, without importing
-DGL or torch, and recorded in :data:`GRAPHBOLT_STATUS` for ``gpse-dgl info``.
+DGL or torch, and recorded in :data:`GRAPHBOLT_STATUS` for ``gpse-dgl info``
+(:func:`gpse_dgl._private.dgl_libraries`). The private DGL and torch attributes gpse-dgl reads once they are
+imported are all in :mod:`gpse_dgl._private`.
 
 Example
 -------
@@ -114,23 +116,3 @@ def guard_graphbolt() -> str:
         GRAPHBOLT_STATUS = f"stubbed: {reason}"
     return GRAPHBOLT_STATUS
 
-
-def dgl_libraries() -> dict[str, str]:
-    """Which of DGL's compiled libraries this process uses, one line each, for ``gpse-dgl info``.
-
-    ``libdgl`` (the kernels; required), ``tensoradapter`` (optional: DGL then shares memory with torch's
-    allocator; DGL ships it per torch release and works without it) and ``graphbolt`` (see
-    :func:`guard_graphbolt`).
-    """
-    import torch
-
-    import dgl
-    from dgl._ffi import base
-
-    torch_version = torch.__version__.split("+", maxsplit=1)[0]
-    adapter = f"libtensoradapter_pytorch_{torch_version}.so"
-    if getattr(base, "tensor_adapter_loaded", False):
-        adapter_line = f"loaded ({adapter})"
-    else:
-        adapter_line = f"not loaded (DGL {dgl.__version__} ships no {adapter}; DGL runs without it)"
-    return {"libdgl": f"loaded ({base._LIB._name})", "tensoradapter": adapter_line, "graphbolt": GRAPHBOLT_STATUS}

@@ -32,15 +32,21 @@ from __future__ import annotations
 import copy
 import math
 import os
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
+from .recipe_files import (BASE_KEY, FromBase, Override, StrictSafeLoader, apply_overrides, check_keys,
+                           merge_recipes, read_recipe_file, show_value)
 from .utils.devices import check_device_name
 from .utils.errors import RecipeError
 from .utils.text import did_you_mean
+
+__all__ = ["Field", "PRETRAIN_SCHEMA", "PRECISION_CHOICES", "PRECISION_HELP", "REGRESSION_CHOICES", "load_recipe",
+           "validate_recipe", "default_recipe", "key_origin", "get", "dump_recipe", "describe_schema",
+           # reading files (gpse_dgl.recipe_files), re-exported for one import place
+           "BASE_KEY", "StrictSafeLoader", "read_recipe_file", "merge_recipes", "apply_overrides"]
 
 # Names known without importing the pse/data sub-packages (which import dgl). The authoritative
 # lists are pse.registry.NODE_TARGETS / GRAPH_TARGETS; _known_pse_names() prefers them when present.
@@ -207,180 +213,6 @@ def load_recipe(path: str | os.PathLike, overrides: Iterable[str] = (),
     return validate_recipe(raw, source, schema)
 
 
-class StrictSafeLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` that refuses a key given twice in one mapping (PyYAML keeps the last silently).
-
-    Keys brought in by a merge (``<<: *anchor``) may still be overridden by an explicit key.
-    """
-
-
-class _DuplicateKey(Exception):
-    pass
-
-
-def _mapping_without_duplicates(loader: StrictSafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    first_line: dict = {}
-    for key_node, _ in node.value:
-        if key_node.tag == "tag:yaml.org,2002:merge":
-            continue
-        key = loader.construct_object(key_node, deep=True)
-        line = key_node.start_mark.line + 1
-        try:
-            if key in first_line:
-                raise _DuplicateKey(f"duplicate key {key!r} at lines {first_line[key]} and {line} "
-                                    f"(YAML would silently keep the second)")
-            first_line[key] = line
-        except TypeError:  # an unhashable key: construct_mapping reports it
-            pass
-    return loader.construct_mapping(node, deep=deep)
-
-
-StrictSafeLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-
-
-#: The key that names a recipe's base recipe (see the module docstring).
-BASE_KEY = "base"
-
-
-def read_recipe_file(path: str, schema: Mapping[str, Any] | None = None) -> dict:
-    """The recipe in ``path`` with its chain of ``base:`` recipes merged in (the later file wins).
-
-    The result has no ``base`` key. Values that come from a base file carry that file's name, so that
-    :func:`validate_recipe` names it in an error; with ``schema``, the keys of every file are checked
-    against it as the file is read (an unknown key is reported with the file it is in).
-    """
-    return _read_with_bases(str(path), schema, chain=())
-
-
-@dataclass(frozen=True)
-class _FromBase:
-    """A value written in the base recipe ``path`` (so errors about it can name that file)."""
-
-    value: Any
-    path: str
-
-
-def _read_with_bases(path: str, schema: Mapping[str, Any] | None, chain: tuple[str, ...]) -> dict:
-    raw = _read_yaml_mapping(path)
-    base = raw.pop(BASE_KEY, None)
-    if schema is not None:
-        _check_keys(raw, schema, path, prefix="", deep=True)
-    if chain:  # a base of the recipe being read
-        raw = _mark_origin(raw, path)
-    if base is None:
-        return raw
-    if not isinstance(base, str) or not base.strip():
-        raise RecipeError(f"{path}: {BASE_KEY}: expected the file name of a base recipe, got {_show(base)}")
-    base_path = os.path.join(os.path.dirname(path), base)
-    visited = chain + (os.path.realpath(path),)
-    if os.path.realpath(base_path) in visited:
-        raise RecipeError(f"{path}: {BASE_KEY}: {base} is already in the chain of bases "
-                          f"({' -> '.join(os.path.basename(p) for p in visited + (base_path,))}): a cycle")
-    if not os.path.isfile(base_path):
-        raise RecipeError(f"{path}: {BASE_KEY}: base recipe {base} not found (looked for {base_path})")
-    return merge_recipes(_read_with_bases(base_path, schema, visited), raw)
-
-
-def merge_recipes(base: Mapping[str, Any], child: Mapping[str, Any]) -> dict:
-    """``base`` updated by ``child``: sections are merged key by key, any other value of ``child`` wins
-    (``null`` included); a section left empty in ``child`` (YAML null) changes nothing.
-
-    >>> merge_recipes({"model": {"name": "gps", "dim_hidden": 64}}, {"model": {"dim_hidden": 128}})
-    {'model': {'name': 'gps', 'dim_hidden': 128}}
-    """
-    merged = copy.deepcopy(dict(base))
-    for key, value in child.items():
-        if isinstance(merged.get(key), Mapping) and (value is None or isinstance(value, Mapping)):
-            merged[key] = merge_recipes(merged[key], value or {})
-        else:
-            merged[key] = copy.deepcopy(value)
-    return merged
-
-
-def _mark_origin(raw: Mapping[str, Any], path: str) -> dict:
-    """``raw`` with every value that is not a section wrapped in :class:`_FromBase`."""
-    return {key: _mark_origin(value, path) if isinstance(value, Mapping) else _FromBase(value, path)
-            for key, value in raw.items()}
-
-
-def _read_yaml_mapping(path: str) -> dict:
-    """The YAML mapping in ``path`` (:class:`StrictSafeLoader`); empty files and repeated keys are errors."""
-    if not os.path.exists(path):
-        raise RecipeError(f"{path}: recipe file not found")
-    if os.path.isdir(path):
-        raise RecipeError(f"{path}: is a directory, expected a YAML recipe file")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            raw = yaml.load(handle, Loader=StrictSafeLoader)  # noqa: S506 - a SafeLoader subclass
-    except _DuplicateKey as exc:
-        raise RecipeError(f"{path}: {exc}") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RecipeError(f"{path}: invalid YAML{where}: {problem}") from None
-    except UnicodeDecodeError:
-        raise RecipeError(f"{path}: not a text (UTF-8) file") from None
-    if raw is None:
-        raise RecipeError(f"{path}: empty recipe (no data / model / general_pipeline sections); start from "
-                          f"recipes/quickstart.yaml")
-    if not isinstance(raw, dict):
-        raise RecipeError(f"{path}: expected a mapping with data / model / general_pipeline "
-                          f"sections, got {_type_name(raw)}")
-    return raw
-
-
-def apply_overrides(raw: dict, overrides: Iterable[str], source: str,
-                    schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
-    """Apply ``key.path=value`` overrides to ``raw`` in place (values parsed as YAML scalars).
-
-    Only the key path is checked here (so the message can say ``--set``); values are validated with
-    the rest of the recipe by :func:`validate_recipe`, errors naming ``--set key.path``.
-    """
-    for item in overrides:
-        key_path, value = _parse_override(item, source)
-        node: Any = schema
-        for depth, part in enumerate(key_path):
-            if not isinstance(node, Mapping) or part not in node:
-                prefix = ".".join(key_path[:depth])
-                raise RecipeError(f"{source}: --set {'.'.join(key_path)}: "
-                                  f"{_unknown_key_text(part, node, prefix)}")
-            node = node[part]
-        if isinstance(node, Mapping):
-            raise RecipeError(f"{source}: --set {'.'.join(key_path)}: is a section; set one of its "
-                              f"keys ({', '.join(node)})")
-        target = raw
-        for part in key_path[:-1]:
-            if not isinstance(target.get(part), dict):
-                target[part] = {}
-            target = target[part]
-        target[key_path[-1]] = _Override(value, ".".join(key_path))
-    return raw
-
-
-@dataclass(frozen=True)
-class _Override:
-    """A value that came from ``--set`` (so errors about it can say so)."""
-
-    value: Any
-    key: str
-
-
-def _parse_override(item: str, source: str) -> tuple[list[str], Any]:
-    if "=" not in item:
-        raise RecipeError(f"{source}: --set {item!r}: expected key.path=value")
-    key, text = item.split("=", 1)
-    key = key.strip()
-    if not key or any(not part for part in key.split(".")):
-        raise RecipeError(f"{source}: --set {item!r}: expected key.path=value")
-    try:
-        value = yaml.safe_load(text) if text.strip() else None
-    except yaml.YAMLError:
-        # Not valid YAML (e.g. an unbalanced bracket): keep the text; the type check reports it.
-        value = text
-    return key.split("."), value
-
-
 # ----------------------------------------------------------------------------------------------
 # validation
 
@@ -407,7 +239,7 @@ def key_origin(raw: Mapping[str, Any], dotted_key: str) -> str:
     node: Any = raw
     for part in dotted_key.split("."):
         node = node.get(part) if isinstance(node, Mapping) else None
-    return f"--set {node.key}" if isinstance(node, _Override) else dotted_key
+    return f"--set {node.key}" if isinstance(node, Override) else dotted_key
 
 
 def default_recipe(schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
@@ -416,11 +248,11 @@ def default_recipe(schema: Mapping[str, Any] = PRETRAIN_SCHEMA) -> dict:
 
 
 def _validate_section(raw: Any, schema: Mapping[str, Any], source: str, prefix: str) -> dict:
-    if isinstance(raw, _FromBase):
+    if isinstance(raw, FromBase):
         source, raw = raw.path, raw.value
     if raw is None:
         raw = {}
-    _check_keys(raw, schema, source, prefix)
+    check_keys(raw, schema, source, prefix)
     result = {}
     for key, spec in schema.items():
         value = raw.get(key)
@@ -431,26 +263,11 @@ def _validate_section(raw: Any, schema: Mapping[str, Any], source: str, prefix: 
     return result
 
 
-def _check_keys(raw: Any, schema: Mapping[str, Any], source: str, prefix: str, deep: bool = False) -> None:
-    """``raw`` is a section (or null) whose keys are all in ``schema``; with ``deep`` the same for its
-    sections. Values are not looked at."""
-    if raw is None:
-        return
-    if not isinstance(raw, Mapping):
-        raise RecipeError(f"{source}: {prefix.rstrip('.') or '<top level>'}: expected a mapping "
-                          f"(a section), got {_type_name(raw)}")
-    for key in raw:
-        if key not in schema:
-            raise RecipeError(f"{source}: {prefix}{key}: {_unknown_key_text(key, schema, prefix)}")
-        if deep and isinstance(schema[key], Mapping):
-            _check_keys(raw[key], schema[key], source, f"{prefix}{key}.", deep=True)
-
-
 def _validate_value(value: Any, present: bool, spec: Field, source: str, key: str) -> Any:
-    if isinstance(value, _FromBase):
+    if isinstance(value, FromBase):
         source, value = value.path, value.value
     where = key
-    if isinstance(value, _Override):
+    if isinstance(value, Override):
         where, value = f"--set {value.key}", value.value
     if not present:
         return copy.deepcopy(spec.default)
@@ -481,26 +298,26 @@ class _Invalid(Exception):
 def _convert(value: Any, spec: Field) -> Any:
     if spec.kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
-            raise _Invalid(f"expected an integer, got {_show(value)}")
+            raise _Invalid(f"expected an integer, got {show_value(value)}")
         _check_range(value, spec)
     elif spec.kind == "number":
         value = _as_number(value)
         _check_range(value, spec)
     elif spec.kind == "bool":
         if not isinstance(value, bool):
-            raise _Invalid(f"expected true or false, got {_show(value)}")
+            raise _Invalid(f"expected true or false, got {show_value(value)}")
     elif spec.kind in ("str", "choice"):
         if not isinstance(value, str) or not value:
-            raise _Invalid(f"expected {_expected(spec)}, got {_show(value)}")
+            raise _Invalid(f"expected {_expected(spec)}, got {show_value(value)}")
         if spec.kind == "choice" and value not in spec.choices:
             raise _Invalid(f"expected one of {', '.join(spec.choices)}, got {value!r}"
                            f"{did_you_mean(value, spec.choices)}")
     elif spec.kind == "str_list":
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise _Invalid(f"expected a list of names, got {_show(value)}")
+            raise _Invalid(f"expected a list of names, got {show_value(value)}")
     elif spec.kind == "number_list":
         if not isinstance(value, list):
-            raise _Invalid(f"expected a list of numbers, got {_show(value)}")
+            raise _Invalid(f"expected a list of numbers, got {show_value(value)}")
         value = [_as_number(v) for v in value]
         if spec.length is not None and len(value) != spec.length:
             raise _Invalid(f"expected {spec.length} numbers, got {len(value)}")
@@ -522,7 +339,7 @@ def _as_number(value: Any) -> float | int:
             raise _Invalid(f"expected a finite number, got {value!r}")
         return number
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _Invalid(f"expected a number, got {_show(value)}")
+        raise _Invalid(f"expected a number, got {show_value(value)}")
     if not math.isfinite(value):
         raise _Invalid(f"expected a finite number, got {value!r}")
     return value
@@ -598,29 +415,12 @@ def _known_datasets() -> tuple[str, ...] | None:
 # helpers: messages, dumping
 
 
-def _unknown_key_text(key: str, section: Any, prefix: str) -> str:
-    if not isinstance(section, Mapping):
-        return f"{prefix.rstrip('.')} is not a section"
-    hint = did_you_mean(str(key), [str(k) for k in section])
-    where = f"in {prefix.rstrip('.')}" if prefix else "at the top level"
-    return f"unknown key{hint}; known keys {where}: {', '.join(section)}"
-
-
 def _expected(spec: Field) -> str:
     return {
         "int": "an integer", "number": "a number", "bool": "true or false",
         "str": "a non-empty string", "choice": f"one of {', '.join(spec.choices)}",
         "str_list": "a list of names", "number_list": "a list of numbers",
     }[spec.kind]
-
-
-def _type_name(value: Any) -> str:
-    return {list: "a list", dict: "a mapping", str: "a string"}.get(type(value), type(value).__name__)
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def get(recipe: Mapping[str, Any], dotted_key: str) -> Any:

@@ -1,5 +1,5 @@
 """One error style, checks before work, non-finite refusals, plural-aware and "did you mean" messages,
-and progress output that suits a log file (issue 17, problems 3, 4 and 6-8)."""
+and progress output that suits a log file."""
 from __future__ import annotations
 
 import io

@@ -1,4 +1,4 @@
-"""DGL users: AddGPSE / precompute_gpse, ``dgl:`` datasets, CSVDataset directories (issue 22)."""
+"""DGL users: AddGPSE / precompute_gpse, ``dgl:`` datasets, CSVDataset directories."""
 from __future__ import annotations
 
 from pathlib import Path

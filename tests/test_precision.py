@@ -21,7 +21,7 @@ from gpse_dgl.utils import precision as prec
 from gpse_dgl.utils.precision import PRECISIONS, PrecisionError, autocast, resolve_precision
 
 # bf16 keeps 8 significant bits; with float32 sums, norms and residual stream the encodings of the
-# embedded molecules stay this close to fp32 (issue 23: mean >= 0.9999, every node >= 0.999)
+# embedded molecules stay this close to fp32 (mean >= 0.9999, every node >= 0.999)
 MEAN_COSINE, MIN_COSINE = 0.9999, 0.999
 
 

@@ -343,16 +343,16 @@ def test_padded_chunks_equal_exact_size_chunks(mixed, monkeypatch):
 
 
 def test_size_buckets_and_padded_chunks():
-    from gpse_dgl.pse.compute import _dense_chunks, _size_buckets
+    from gpse_dgl.pse.chunks import dense_chunks, size_buckets
 
     sizes = np.array([1, 2, 3, 4, 5, 8, 9, 10, 11, 20, 24, 26, 63, 64, 80])
-    assert _size_buckets(sizes, 64).tolist() == [1, 1, 1, 4, 4, 8, 8, 8, 11, 20, 20, 26, 63, 64, 80]
-    assert _size_buckets(sizes, 0).tolist() == sizes.tolist()  # no padding: exact sizes
-    chunks = list(_dense_chunks(np.array([5, 2, 4, 0, 4, 9]), dense_limit=8, chunk_bytes=2**20, pad_below=64))
+    assert size_buckets(sizes, 64).tolist() == [1, 1, 1, 4, 4, 8, 8, 8, 11, 20, 20, 26, 63, 64, 80]
+    assert size_buckets(sizes, 0).tolist() == sizes.tolist()  # no padding: exact sizes
+    chunks = list(dense_chunks(np.array([5, 2, 4, 0, 4, 9]), dense_limit=8, chunk_bytes=2**20, pad_below=64))
     # [2, 4, 4] share a chunk of width 4; 5 starts the next bucket; 0 nodes and 9 > dense_limit are skipped
     assert [(n, gids.tolist()) for n, gids in chunks] == [(4, [1, 2, 4]), (5, [0])]
     # a bucket never reaches past dense_limit (graphs above it take the sparse path)
-    chunks = list(_dense_chunks(np.array([18, 20, 21, 22]), dense_limit=20, chunk_bytes=2**20, pad_below=64))
+    chunks = list(dense_chunks(np.array([18, 20, 21, 22]), dense_limit=20, chunk_bytes=2**20, pad_below=64))
     assert [(n, gids.tolist()) for n, gids in chunks] == [(20, [0, 1])]
 
 
@@ -392,21 +392,21 @@ def test_torch_thread_setting_is_restored(mixed):
 
 def test_worker_pool_is_reused_per_process(mixed, monkeypatch):
     """One pool per (process, size) across calls; a forked child (other pid) gets its own."""
-    from gpse_dgl.pse import compute as compute_module
+    from gpse_dgl.pse import pipeline
 
-    pool = compute_module._worker_pool(2)
-    assert compute_module._worker_pool(2) is pool
+    pool = pipeline._worker_pool(2)
+    assert pipeline._worker_pool(2) is pool
     compute_pse_tensors(mixed[:10], ["LapPE"], num_workers=2)
-    assert compute_module._worker_pool(2) is pool
-    real_pid = compute_module.os.getpid()
-    monkeypatch.setattr(compute_module.os, "getpid", lambda: real_pid + 1)
-    child = compute_module._worker_pool(2)
-    assert child is not pool and all(key[0] == real_pid + 1 for key in compute_module._POOLS)
+    assert pipeline._worker_pool(2) is pool
+    real_pid = pipeline.os.getpid()
+    monkeypatch.setattr(pipeline.os, "getpid", lambda: real_pid + 1)
+    child = pipeline._worker_pool(2)
+    assert child is not pool and all(key[0] == real_pid + 1 for key in pipeline._POOLS)
 
 
 def test_worker_error_propagates_and_pool_survives(mixed, monkeypatch):
     """A failing decomposition on a worker raises in the caller; the next call works normally."""
-    from gpse_dgl.pse import compute as compute_module
+    from gpse_dgl.pse import pipeline
 
     expected = compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
 
@@ -414,25 +414,11 @@ def test_worker_error_propagates_and_pool_survives(mixed, monkeypatch):
         raise RuntimeError("LAPACK failed")
 
     with monkeypatch.context() as patch:
-        patch.setattr(compute_module, "_precompute_all", broken)
+        patch.setattr(pipeline, "_precompute_all", broken)
         with pytest.raises(RuntimeError, match="LAPACK failed"):
             compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
     again = compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
     assert torch.equal(again.node["LapPE"], expected.node["LapPE"])
-
-
-def test_node_counts_from_frames_checked_against_union(mixed):
-    """Node counts read from node frames must add up to the union's node count; if not, the public
-    per-graph path is used and the result is unchanged."""
-    from gpse_dgl.pse import spectral
-
-    graphs = [g.clone() for g in mixed[:6]]
-    fast = spectral._union_edges(graphs)
-    assert fast is not None and fast[0].tolist() == [g.num_nodes() for g in graphs]
-    graphs[2]._node_frames[0]._num_rows += 1  # a frame out of step with its graph
-    assert spectral._union_edges(graphs) is None
-    coll = spectral.EdgeCollection.from_graphs(graphs)
-    assert coll.num_nodes.tolist() == [g._graph.num_nodes(0) for g in graphs]
 
 
 def _assert_same_tables(a, b, atol=1e-6):
@@ -447,13 +433,13 @@ def _assert_same_tables(a, b, atol=1e-6):
 def test_parts_pipeline_equals_one_part(mixed, monkeypatch, normalize):
     """Inputs of many graphs run as pipelined parts; values, ndata and graph-level results are those
     of one part, batched input graphs included (they count their members)."""
-    from gpse_dgl.pse import compute as compute_module
+    from gpse_dgl.pse import pipeline
 
     graphs = list(mixed[:30]) + [dgl.batch(mixed[30:33])] + list(mixed[33:])
     one_part = compute_pse_tensors(graphs, normalize=normalize, num_workers=2)
-    monkeypatch.setattr(compute_module, "PART_GRAPHS", 7)
-    assert len(compute_module._graph_parts(graphs, 2)) == len(graphs) // 7
-    assert len(compute_module._graph_parts(graphs, 1)) == 1  # no pool, no parts
+    monkeypatch.setattr(pipeline, "PART_GRAPHS", 7)
+    assert len(pipeline._graph_parts(graphs, 2)) == len(graphs) // 7
+    assert len(pipeline._graph_parts(graphs, 1)) == 1  # no pool, no parts
     _assert_same_tables(one_part, compute_pse_tensors(graphs, normalize=normalize, num_workers=2,
                                                       progress=True))
     fresh = [g.clone() for g in mixed]  # the same member graphs, unbatched: ndata written part by part
@@ -469,20 +455,20 @@ def test_parts_pipeline_equals_one_part(mixed, monkeypatch, normalize):
 def test_parts_with_large_chunks_and_sparse_graphs(monkeypatch):
     """Parts holding chunks of 128+ nodes or graphs above the dense limit are finished after the
     pipeline (threaded LAPACK, sparse paths); the result equals a one-part run."""
-    from gpse_dgl.pse import compute as compute_module
+    from gpse_dgl.pse import pipeline
 
     graphs = random_graphs(seed=11, trees=6, er=6, multi=4) + [cycle(130), path(150), cycle(40)]
     names = ["LapPE", "EigVals", "RWSE"]
     one_part = compute_pse_tensors(graphs, names, dense_limit=140, num_workers=2)
-    monkeypatch.setattr(compute_module, "PART_GRAPHS", 4)
+    monkeypatch.setattr(pipeline, "PART_GRAPHS", 4)
     _assert_same_tables(one_part, compute_pse_tensors(graphs, names, dense_limit=140, num_workers=2))
 
 
 def test_parts_worker_error_propagates(mixed, monkeypatch):
     """A failing decomposition in any part raises in the caller, with no task left running."""
-    from gpse_dgl.pse import compute as compute_module
+    from gpse_dgl.pse import pipeline
 
-    monkeypatch.setattr(compute_module, "PART_GRAPHS", 10)
+    monkeypatch.setattr(pipeline, "PART_GRAPHS", 10)
     calls = []
 
     def fails_later(batches):
@@ -492,18 +478,18 @@ def test_parts_worker_error_propagates(mixed, monkeypatch):
         for batch in batches:
             batch.precompute()
 
-    monkeypatch.setattr(compute_module, "_precompute_all", fails_later)
+    monkeypatch.setattr(pipeline, "_precompute_all", fails_later)
     with pytest.raises(RuntimeError, match="LAPACK failed"):
         compute_pse_tensors(mixed, ["LapPE"], num_workers=2)
-    assert len(compute_module._graph_parts(mixed, 2)) > 3 and len(calls) >= 3
+    assert len(pipeline._graph_parts(mixed, 2)) > 3 and len(calls) >= 3
 
 
 def test_parts_check_the_dense_limit_before_any_work(mixed, monkeypatch):
     """A graph too large for a dense-only PSE in a later part fails the call before the first part is
     computed: nothing is written to the graphs of earlier parts."""
-    from gpse_dgl.pse import compute as compute_module
+    from gpse_dgl.pse import pipeline
 
-    monkeypatch.setattr(compute_module, "PART_GRAPHS", 2)  # 15 parts: early ones finish before the last
+    monkeypatch.setattr(pipeline, "PART_GRAPHS", 2)  # 15 parts: early ones finish before the last
     fresh = [g.clone() for g in mixed[:30]] + [cycle(60)]  # the molecules have at most 37 nodes
     with pytest.raises(GraphTooLargeError, match=r"graph 30 has 60 nodes, above dense_limit=40"):
         compute_pses(fresh, ["ElstaticPE", "LapPE"], dense_limit=40, num_workers=2)

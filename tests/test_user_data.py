@@ -1,4 +1,4 @@
-"""Bring your own data (issue 17, item 9): molecule tables, ``data.name: csv`` / ``dgl-bin`` recipes."""
+"""Bring your own data: molecule tables, ``data.name: csv`` / ``dgl-bin`` recipes."""
 from __future__ import annotations
 
 import pytest

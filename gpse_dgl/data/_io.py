@@ -6,6 +6,7 @@ code; torch files go through ``torch.load(weights_only=True)``.
 """
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import pickle
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+from .. import _private
 from ..utils.errors import DatasetNotFoundError, GPSEError
 
 log = logging.getLogger(__name__)
@@ -87,12 +89,12 @@ def _numpy_reconstruct():
 _ALLOWED = {
     ("collections", "OrderedDict"): lambda: __import__("collections").OrderedDict,
     ("_codecs", "encode"): lambda: __import__("codecs").encode,
-    ("torch._utils", "_rebuild_tensor"): lambda: torch._utils._rebuild_tensor,
-    ("torch._utils", "_rebuild_tensor_v2"): lambda: torch._utils._rebuild_tensor_v2,
     ("torch.storage", "_load_from_bytes"): lambda: _storage_from_bytes,
     ("numpy", "ndarray"): lambda: np.ndarray,
     ("numpy", "dtype"): lambda: np.dtype,
 }
+for _mod, _name in _private.torch_pickle_globals():
+    _ALLOWED[(_mod, _name)] = functools.partial(_private.torch_pickle_global, _mod, _name)
 for _mod in ("numpy.core.multiarray", "numpy._core.multiarray"):
     _ALLOWED[(_mod, "_reconstruct")] = lambda: _numpy_reconstruct()._reconstruct
     _ALLOWED[(_mod, "scalar")] = lambda: _numpy_reconstruct().scalar

@@ -310,7 +310,7 @@ def corpus_summary(root=None) -> str:
     """One line for ``gpse-dgl info``: skeletons, split sizes, files and molecules read.
 
     Read from the cache's labels alone (milliseconds); before the first use has scanned the package, the
-    line says so instead of scanning (which takes ~20 s).
+    line says so instead of scanning (which reads every molecule file of the package).
     """
     from .cache import cached_labels
     from .registry import default_root

@@ -79,7 +79,7 @@ def convert_sync_batchnorm(module: nn.Module) -> nn.Module:
             synced = SyncBatchNorm1d(child.num_features, child.eps, child.momentum, child.affine,
                                      child.track_running_stats)
             # the same Parameter and buffer objects: an optimiser built before keeps updating them
-            for key, value in [*child._parameters.items(), *child._buffers.items()]:
+            for key, value in [*child.named_parameters(recurse=False), *child.named_buffers(recurse=False)]:
                 setattr(synced, key, value)
             synced.train(child.training)
             setattr(module, name, synced)

@@ -13,7 +13,7 @@ is a unit eigenvector of ``S`` with eigenvalue :math:`\sigma_i`, i.e. of :math:`
 \{1, \dots\}`, so the ``p`` values :math:`1 - \sigma_i` (``sigma_i^2`` the eigenvalues of ``G``, in
 descending order) are exactly its ``p`` lowest eigenvalues. LapPE and EigVals need only the lowest few,
 so one ``p x p`` eigendecomposition (``P`` the smaller side of every connected component, ``p <= n / 2``)
-replaces the ``n x n`` one: an eighth of the arithmetic, ~2.5x less LAPACK time on molecules.
+replaces the ``n x n`` one: an eighth of the arithmetic.
 
 Exactness. The Gram pairs are used for a graph only when they cover what LapPE / EigVals read: the zero
 eigenvalues, the ``k`` after them and the whole cluster of (numerically) repeated eigenvalues containing
@@ -183,7 +183,7 @@ class GramSplit:
         weight = 1.0 / np.sqrt(coll.degree[u] * coll.degree[v])
         s_rows = np.zeros((len(gids), p_max, n))
         s_rows[batch, slot, other] = weight
-        # numpy's stacked matmul costs ~25 % less than torch.bmm for these small matrices (~2x less for
+        # numpy's stacked matmul has less per-call overhead than torch.bmm for these small matrices (as for
         # _vectors'); its output goes to a buffer from torch's allocator, whose 64-byte alignment keeps
         # LAPACK's rounding independent of the batch (see docs/ARCHITECTURE.md)
         self._gram = torch.empty(len(gids), p_max, p_max, dtype=torch.float64)

@@ -23,12 +23,15 @@ by a pure-Python DFS). Here:
    chunks a few groups ahead; larger chunks run one after the other with torch's intra-op threads.
    Many graphs (2 x ``PART_GRAPHS`` or more) are taken in consecutive parts of ~1,000 that form one
    pipeline: the calling thread reads part ``i + 1`` and writes out part ``i - 1`` while the pool
-   decomposes part ``i``, instead of leaving a core idle at both ends (~12 % faster on molecules).
+   decomposes part ``i``, instead of leaving a core idle at both ends.
 5. Graphs above ``dense_limit`` nodes take the sparse path of the PSEs that have one
    (LapPE, EigVals, RWSE via :mod:`gpse_dgl.pse.sparse`; its RWSE is exact up to a work bound and a
    seeded stochastic estimate beyond, see that module); requesting a dense-only PSE (ElstaticPE,
    HKdiagSE) for such a graph raises :class:`~gpse_dgl.utils.errors.GraphTooLargeError` before any work.
 6. Whole-collection PSEs (CycleGE) run once over the edge list of all graphs.
+
+Steps 2-6 run in :mod:`.pipeline` (chunk planning in :mod:`.chunks`); this module holds the public entry
+points and writes the results into the graphs.
 
 Node-level values can be standardised per graph (``normalize=True``, see :mod:`.standardize`); this
 happens on the float64 values of each batch before they are stored as float32. NaN never reaches the
@@ -45,89 +48,26 @@ Example
 """
 from __future__ import annotations
 
-import collections
-import concurrent.futures
-import contextlib
-import functools
-import os
-from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-import numpy as np
+import dgl
 import torch
 
 from .. import _env  # noqa: F401
-from ..utils.errors import GraphTooLargeError
-from . import spectral
-from .registry import PSE_REGISTRY, resolve_pse_names
-from .spectral import DenseBatch, EdgeCollection, SparseGraph
-from .standardize import per_graph_standardize, standardize_stack
+from .. import _private
+from .pipeline import Job, PSEResult, concat_results
+from .spectral import EdgeCollection
 
 __all__ = ["compute_pses", "compute_pse_tensors", "PSEResult", "DEFAULT_DENSE_LIMIT", "DEFAULT_CHUNK_BYTES"]
 
 #: Graphs with more nodes than this use sparse solvers (or are refused by dense-only PSEs).
 DEFAULT_DENSE_LIMIT = 5000
 #: Memory budget of one dense chunk (all float64 n x n matrices alive at once). Small enough that the
-#: elementwise passes over a chunk stay mostly in cache (256 MiB chunks were ~25 % slower at n = 300).
+#: elementwise passes over a chunk stay mostly in cache.
 DEFAULT_CHUNK_BYTES = 32 * 2**20
-# Upper bound on the float64 n x n matrices alive per graph while a chunk is processed: adjacency, two
-# Laplacians, eigh workspace and two eigenvector sets, squared eigenvectors, L+, Q and its weighted copy.
-_MATRICES_PER_GRAPH = 12
-#: Below this many nodes per graph the dense work runs with one intra-op thread (see _intra_op_threads).
-SINGLE_THREAD_BELOW = 128
-#: With the thread pool, inputs of at least twice this many graphs are computed in consecutive parts of
-#: about this size, pipelined (see _Job). Smaller parts cost more per-chunk work than the overlap gains
-#: (768 graphs: ~10 % slower on molecules than 1,024-1,500).
-PART_GRAPHS = 1024
-# Groups of chunks queued per worker thread before the calling thread waits for the oldest: enough
-# that the workers stay busy while this thread reads the next part (1 per worker: ~25 % slower, 2: ~10 %).
-_IN_FLIGHT_PER_WORKER = 3
-# padded buckets (see _size_buckets) start at size s and span s + max(2, s // _BUCKET_SPAN)
-_BUCKET_SPAN = 4
-
-
-@contextlib.contextmanager
-def _intra_op_threads(num: Optional[int]):
-    """Temporarily cap torch's intra-op threads (restored afterwards).
-
-    The per-chunk kernels on small matrices (molecules: n ~ 20) are far too small to gain from threads,
-    but each op still opens an OpenMP parallel region; on a machine whose cores are busy the region's
-    barrier waits for descheduled threads, which made the molecule workload ~10x slower with 2 threads
-    than with 1 on a loaded 2-core machine. Large matrices keep torch's setting (threaded LAPACK pays).
-    """
-    prev = torch.get_num_threads()
-    if num is None or num >= prev:
-        yield
-        return
-    torch.set_num_threads(num)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
-
-
-@dataclass
-class PSEResult:
-    """Raw output of :func:`compute_pse_tensors`.
-
-    Attributes
-    ----------
-    node : dict[str, torch.Tensor]
-        float32 ``(N, dim)`` per node-level PSE, rows of all graphs concatenated in input order.
-    graph : dict[str, torch.Tensor]
-        float32 ``(G, dim)`` per graph-level PSE.
-    num_nodes : torch.Tensor
-        int64 ``(G,)`` nodes per graph (``G`` counts the members of batched input graphs).
-    """
-
-    node: dict = field(default_factory=dict)
-    graph: dict = field(default_factory=dict)
-    num_nodes: torch.Tensor = None
 
 
 def _as_graph_list(graphs) -> tuple[list, bool]:
-    import dgl
-
     if isinstance(graphs, dgl.DGLGraph):
         return [graphs], True
     graphs = list(graphs)
@@ -135,114 +75,6 @@ def _as_graph_list(graphs) -> tuple[list, bool]:
         if not isinstance(g, dgl.DGLGraph):
             raise TypeError(f"expected DGLGraph objects, got {type(g).__name__}")
     return graphs, False
-
-
-def _dense_chunks(num_nodes: np.ndarray, dense_limit: int, chunk_bytes: int, pad_below: int = 0):
-    """Yield ``(n, graph ids)`` for every chunk of the graphs with ``1 <= n <= dense_limit``: same-size
-    chunks, except that sizes below ``pad_below`` are bucketed (``n`` is then the bucket's largest size,
-    see :func:`_size_buckets`)."""
-    order = np.argsort(num_nodes, kind="stable")
-    sizes = num_nodes[order]
-    bucket = _size_buckets(sizes, min(pad_below, dense_limit + 1))  # no bucket reaches past the limit
-    bounds = np.flatnonzero(np.diff(bucket)) + 1
-    for group in np.split(order, bounds):
-        if group.size == 0:
-            continue
-        n = int(num_nodes[group[-1]])
-        if num_nodes[group[0]] == 0 or n > dense_limit:
-            continue
-        per_chunk = max(1, int(chunk_bytes // (_MATRICES_PER_GRAPH * 8 * n * n)))
-        for start in range(0, group.size, per_chunk):
-            yield n, group[start:start + per_chunk]
-
-
-def _size_buckets(sizes: np.ndarray, pad_below: int) -> np.ndarray:
-    """Bucket label of each (ascending) size: sizes below ``pad_below`` are grouped from the smallest up,
-    each bucket spanning ``[s, s + max(2, s // _BUCKET_SPAN)]``; other sizes are buckets of their own."""
-    labels = sizes.astype(np.int64).copy()
-    start = None
-    for size in np.unique(sizes[(sizes > 0) & (sizes < pad_below)]):
-        if start is None or size > start + max(2, start // _BUCKET_SPAN):
-            start = int(size)
-        labels[sizes == size] = start
-    return labels
-
-
-def _chunk_groups(chunks, budget_bytes: int):
-    """Consecutive chunks grouped until their dense matrices reach ``budget_bytes``: one thread-pool task
-    per group, because every task start and end needs the GIL, which the busy main thread holds."""
-    group, size = [], 0
-    for n, gids in chunks:
-        group.append((n, gids))
-        size += _MATRICES_PER_GRAPH * 8 * n * n * len(gids)
-        if size >= budget_bytes:
-            yield group
-            group, size = [], 0
-    if group:
-        yield group
-
-
-_POOLS: dict = {}  # (process id, workers) -> ThreadPoolExecutor, see _worker_pool
-
-
-def _worker_pool(workers: int) -> concurrent.futures.ThreadPoolExecutor:
-    """A thread pool of ``workers`` single-threaded workers, kept for the life of the process.
-
-    Starting two threads costs the calling thread ~3 ms (each start waits until the new thread holds
-    the GIL), about 6 % of LapPE for 3,000 molecules, so pools are reused across calls. Keyed by
-    process id: a forked child (a DataLoader worker, say) inherits the dict but not the threads, and
-    gets pools of its own.
-    """
-    key = (os.getpid(), workers)
-    pool = _POOLS.get(key)
-    if pool is None:
-        for stale in [k for k in _POOLS if k[0] != key[0]]:
-            del _POOLS[stale]
-        pool = _POOLS[key] = concurrent.futures.ThreadPoolExecutor(
-            workers, thread_name_prefix="gpse-dgl-pse", initializer=torch.set_num_threads, initargs=(1,))
-    return pool
-
-
-def _precompute_all(batches) -> None:
-    for batch in batches:
-        batch.precompute()
-
-
-def _blas_threads(num: Optional[int]):
-    """Cap the threads of numpy/scipy's BLAS (the partial eigensolver runs there) when threadpoolctl is
-    installed; a no-op context otherwise or for ``num=None`` (the cap costs ~2 ms, so it is only used
-    when scipy's LAPACK actually runs inside the single-threaded phase)."""
-    if num is None:
-        return contextlib.nullcontext()
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:
-        return contextlib.nullcontext()
-    return threadpool_limits(num, user_api="blas")
-
-
-def _finish(value: torch.Tensor, standardize: bool, sizes=None) -> torch.Tensor:
-    """float64 result of a chunk -> optionally standardised per graph -> float32 on the CPU."""
-    value = value.detach().to("cpu", torch.float64)
-    if standardize:
-        value = standardize_stack(value, sizes)
-    return value.to(torch.float32)
-
-
-def _check_dense_limit(specs, num_nodes: np.ndarray, dense_limit: int) -> np.ndarray:
-    """Ids of graphs above ``dense_limit``; raise if a requested PSE cannot handle them."""
-    large = np.flatnonzero(num_nodes > dense_limit)
-    if large.size:
-        dense_only = [s.name for s in specs if not s.has_sparse_path]
-        if dense_only:
-            gid = int(large[np.argmax(num_nodes[large])])
-            n = int(num_nodes[gid])
-            gib = _MATRICES_PER_GRAPH * 8 * n * n / 2**30
-            raise GraphTooLargeError(
-                f"graph {gid} has {n} nodes, above dense_limit={dense_limit}; {', '.join(dense_only)} "
-                f"need dense {n}x{n} eigendecompositions (about {gib:.1f} GiB) and have no sparse path: "
-                f"raise the limit (dense_limit= / --dense-limit) or leave them out")
-    return large
 
 
 def compute_pse_tensors(
@@ -267,310 +99,18 @@ def compute_pse_tensors(
     -------
     PSEResult
     """
-    job = _Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers)
+    job = Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers)
     parts = [collection] if collection is not None else job.parts(_as_graph_list(graphs)[0])
-    return _concat_results(job.run(parts))
-
-
-def _graph_parts(glist: list, workers: int) -> list:
-    """Consecutive slices of ``glist`` computed one after the other (see :class:`_Job`): one slice
-    unless the thread pool is used and there are enough graphs to share out."""
-    if workers < 2 or len(glist) < 2 * PART_GRAPHS:
-        return [glist]
-    num = len(glist) // PART_GRAPHS
-    bounds = np.linspace(0, len(glist), num + 1).astype(int)
-    return [glist[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
-
-
-def _concat_results(results: list) -> PSEResult:
-    """The parts' results end to end (the parts' tensors are released key by key, so the peak memory
-    is the whole result plus one PSE's parts)."""
-    if len(results) == 1:
-        return results[0]
-    merged = PSEResult(num_nodes=torch.cat([r.num_nodes for r in results]))
-    for table in ("node", "graph"):
-        for key in list(getattr(results[0], table)):
-            getattr(merged, table)[key] = torch.cat([getattr(r, table).pop(key) for r in results])
-    return merged
-
-
-class _Job:
-    """One call's PSE computation over consecutive parts of the input (lists of graphs, or a prebuilt
-    :class:`EdgeCollection`).
-
-    With the thread pool, the parts form one pipeline: while the workers decompose the matrices of
-    part ``i``, the calling thread already reads part ``i + 1`` (disjoint union, two-colouring) and
-    writes out the finished part ``i - 1``. With a single part these steps at both ends would leave
-    one of two cores idle (about 13 ms before the first decomposition starts and 5 ms after the last
-    ends, for 3,000 molecules).
-    """
-
-    def __init__(self, names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device,
-                 num_workers):
-        names = resolve_pse_names(names)
-        self.specs = [PSE_REGISTRY[name] for name in names]
-        if dense_limit < 1:
-            raise ValueError(f"dense_limit must be >= 1, got {dense_limit}")
-        self.per_graph = [s for s in self.specs if s.edges is None]
-        self.whole = [s for s in self.specs if s.edges is not None]
-        self.needs = set().union(*(s.needs for s in self.per_graph)) if self.per_graph else set()
-        self.normalize, self.dense_limit, self.chunk_bytes = normalize, dense_limit, chunk_bytes
-        self.max_cycle_paths, self.device, self.num_workers = max_cycle_paths, device, num_workers
-        self.on_cpu = device is None or torch.device(device).type == "cpu"
-        # padded chunks only where every requested PSE reads nothing but L_sym's lowest eigenpairs, on the CPU
-        self.pad_below = (spectral.GRAM_MAX_N if self.per_graph and all(s.padded for s in self.per_graph)
-                          and self.on_cpu else 0)
-        self.progress = progress
-        self.bar = None
-
-    def workers_for(self, num_graphs: int) -> int:
-        """Threads of the pool: ``num_workers`` (0: torch's thread count), 1 when there is nothing to share."""
-        workers = self.num_workers if self.num_workers > 0 else torch.get_num_threads()
-        return max(1, min(workers, num_graphs)) if self.on_cpu or self.whole else 1
-
-    def parts(self, glist: list) -> list:
-        """``glist`` as consecutive slices (:func:`_graph_parts`), checked against the dense limit first.
-
-        With several parts the per-part check would come too late: earlier parts would already be
-        computed (and, in :func:`compute_pses`, written out) when a later one fails.
-        """
-        parts = _graph_parts(glist, self.workers_for(len(glist)))
-        if len(parts) > 1 and not all(s.has_sparse_path for s in self.per_graph):
-            try:  # node frames bound every member's size (~0.1 us a graph); the exact sizes only if needed
-                totals = np.fromiter((g._node_frames[0].num_rows for g in glist), np.int64, len(glist))
-            except Exception:  # noqa: BLE001 - DGL internals differ: take the exact sizes
-                totals = None
-            if totals is None or totals.max() > self.dense_limit:
-                sizes = np.concatenate([g.batch_num_nodes().numpy() for g in glist])
-                _check_dense_limit(self.per_graph, sizes, self.dense_limit)
-        return parts
-
-    def run(self, parts: list, on_part=None) -> list:
-        """Compute every part; return their :class:`PSEResult` in order. ``on_part(graphs, result)``
-        receives each part as soon as it is finished (in the calling thread, not necessarily in order;
-        ``graphs`` is None for a part given as an :class:`EdgeCollection`)."""
-        results = [None] * len(parts)
-
-        def finished(index, graphs, result):
-            results[index] = result
-            if on_part is not None:
-                on_part(graphs, result)
-
-        if self.progress:
-            from ..utils.progress import progress
-
-            # input graphs; corrected as parts open (a batched input graph counts its members)
-            self.bar = progress(total=sum(_num_inputs(p) for p in parts), unit="graph", desc="PSEs")
-        try:
-            self._run(parts, finished)
-        finally:
-            if self.bar is not None:
-                self.bar.close()
-        return results
-
-    def _open(self, part) -> "_Part":
-        if isinstance(part, EdgeCollection):
-            return _Part(self, part, None)
-        coll = EdgeCollection.from_graphs(part) if part else EdgeCollection.from_edges([], [], [])
-        if self.bar is not None and coll.num_graphs != len(part):
-            self.bar.total += coll.num_graphs - len(part)
-            self.bar.refresh()
-        return _Part(self, coll, part)
-
-    def _run(self, parts: list, on_part) -> None:
-        workers = self.workers_for(sum(_num_inputs(p) for p in parts))
-        # Phase 1: small chunks and whole-collection PSEs. Tiny matrices gain nothing from intra-op
-        # threads, so the thread budget goes to running decompositions side by side instead: this thread
-        # builds the matrices and post-processes them (many small GIL-bound ops) while the pool runs the
-        # LAPACK calls (which release the GIL) on groups of chunks, a few groups ahead.
-        opened, waiting = [], collections.deque()  # waiting: parts whose groups were all submitted
-        with _intra_op_threads(1 if self.on_cpu else None):
-            if workers > 1:
-                pool = _worker_pool(workers)
-                in_flight = collections.deque()
-                try:
-                    for index, raw in enumerate(parts):
-                        part = self._open(raw)
-                        opened.append((index, part))
-                        part.whole_futures = [pool.submit(part.run_whole, s) for s in self.whole]
-                        for batches in part.groups():
-                            in_flight.append((part, batches, pool.submit(_precompute_all, [b for _, _, b in batches])))
-                            if len(in_flight) > _IN_FLIGHT_PER_WORKER * workers:
-                                _pop_group(in_flight)
-                            self._close_finished(waiting, in_flight, on_part)
-                        waiting.append((index, part))
-                    while in_flight:
-                        _pop_group(in_flight)
-                        self._close_finished(waiting, in_flight, on_part)
-                    for _, part in opened:
-                        part.whole_values = [f.result() for f in part.whole_futures]
-                finally:  # after an error too, no task of this call outlives it
-                    concurrent.futures.wait([f for _, _, f in in_flight]
-                                            + [f for _, p in opened for f in p.whole_futures])
-            else:
-                for index, raw in enumerate(parts):
-                    part = self._open(raw)
-                    opened.append((index, part))
-                    part.run_small_here()
-                    part.whole_values = [part.run_whole(s) for s in self.whole]
-        # Phase 2, outside the single-thread section: the rest of every part not closed yet
-        for index, part in opened:
-            if not part.closed:
-                on_part(index, part.graphs, part.close())
-
-    def _close_finished(self, waiting, in_flight, on_part) -> None:
-        """Close the oldest waiting parts whose work is all done (writing them out overlaps the
-        decompositions of later parts); parts with large chunks wait for phase 2 (threaded LAPACK)."""
-        busy = {id(part) for part, _, _ in in_flight}
-        while waiting:
-            index, part = waiting[0]
-            if part.big or part.large.size:
-                waiting.popleft()  # closed in phase 2; later parts need not wait for it
-                continue
-            if id(part) in busy or not all(f.done() for f in part.whole_futures):
-                return
-            waiting.popleft()
-            part.whole_values = [f.result() for f in part.whole_futures]
-            on_part(index, part.graphs, part.close())
-
-
-def _num_inputs(part) -> int:
-    return part.num_graphs if isinstance(part, EdgeCollection) else len(part)
-
-
-def _pop_group(in_flight) -> None:
-    part, batches, future = in_flight.popleft()
-    part.finish_group(batches, future)
-
-
-class _Part:
-    """One part of a :class:`_Job`: its edge collection, result tensors and chunk plan."""
-
-    def __init__(self, job: _Job, coll: EdgeCollection, graphs):
-        self.job, self.coll, self.graphs = job, coll, graphs
-        self.num_nodes = num_nodes = coll.num_nodes
-        G, N = coll.num_graphs, coll.total_nodes
-        self.large = _check_dense_limit(job.per_graph, num_nodes, job.dense_limit)
-        self.result = result = PSEResult(num_nodes=torch.from_numpy(num_nodes.copy()))
-        for s in job.specs:
-            shape = (N, s.dim) if s.level == "node" else (G, s.dim)
-            (result.node if s.level == "node" else result.graph)[s.name] = torch.zeros(shape, dtype=torch.float32)
-        chunks = (list(_dense_chunks(num_nodes, job.dense_limit, job.chunk_bytes, job.pad_below))
-                  if job.per_graph else [])
-        single = job.on_cpu
-        self.small = [c for c in chunks if single and c[0] < SINGLE_THREAD_BELOW]
-        self.big = [c for c in chunks if not (single and c[0] < SINGLE_THREAD_BELOW)]
-        self.whole_futures, self.whole_values = [], []
-        self.closed = False
-
-    def groups(self):
-        """Lists ``[(n, gids, prepared DenseBatch), ...]`` of the small chunks, one per pool task."""
-        for group in _chunk_groups(self.small, self.job.chunk_bytes // 4):
-            yield [(n, gids, self.new_batch(n, gids).prepare()) for n, gids in group]
-
-    def run_small_here(self) -> None:
-        """The small chunks one by one in this thread (no pool). The partial eigensolver (scipy /
-        OpenBLAS, for chunks of 64+ nodes when only the lowest eigenpairs are needed) then runs in this
-        single-threaded phase, so its BLAS gets one thread."""
-        job = self.job
-        capped = (bool(job.needs & {"sym_low", "sym_low_values"}) and "sym" not in job.needs
-                  and any(n >= spectral.PARTIAL_MIN_N for n, _ in self.small))
-        with _blas_threads(1 if capped else None):
-            for n, gids in self.small:
-                self.finish_chunk(n, gids, self.new_batch(n, gids))
-
-    def new_batch(self, n: int, gids: np.ndarray) -> DenseBatch:
-        sizes = self.num_nodes[gids]
-        return DenseBatch.from_collection(self.coll, gids, n, self.job.needs, device=self.job.device,
-                                          sizes=None if sizes.min() == n else sizes)
-
-    def store(self, spec, gids: np.ndarray, n: int, value: torch.Tensor, sizes=None) -> None:
-        """Write a float32 ``(B, n, dim)`` / ``(B, dim)`` result of graphs ``gids`` (of ``sizes`` nodes
-        each, when padded)."""
-        # in numpy: for these small arrays its fancy indexing costs a fraction of torch's
-        value = value.numpy()
-        if spec.level == "node":
-            rows = self.coll.node_offset[gids][:, None] + np.arange(n)
-            if sizes is not None:  # padded chunk: real rows only
-                real = np.arange(n) < sizes[:, None]
-                rows, value = rows[real], value[real]
-            self.result.node[spec.name].numpy()[rows.reshape(-1)] = value.reshape(-1, spec.dim)
-        else:
-            self.result.graph[spec.name].numpy()[np.asarray(gids)] = value
-
-    def finish_chunk(self, n: int, gids: np.ndarray, batch: DenseBatch) -> None:
-        for s in self.job.per_graph:
-            standardize = s.level == "node" and self.job.normalize
-            self.store(s, gids, n, _finish(s.dense(batch), standardize, batch.sizes), batch.sizes)
-        if self.job.bar is not None:
-            self.job.bar.update(len(gids))
-
-    def finish_group(self, batches, future) -> None:
-        future.result()
-        for n, gids, batch in batches:
-            self.finish_chunk(n, gids, batch)
-
-    def run_whole(self, spec) -> torch.Tensor:
-        value = torch.as_tensor(spec.edges(self.coll, {"max_cycle_paths": self.job.max_cycle_paths}))
-        value = value.to(torch.float64)
-        if spec.level == "node" and self.job.normalize:
-            value = per_graph_standardize(value, self.num_nodes)
-        return value.to(torch.float32)
-
-    def close(self) -> PSEResult:
-        """Whole-collection values in, then the large chunks (torch's intra-op threads: threaded LAPACK
-        pays there) and graphs above the dense limit; returns the finished result."""
-        job, result = self.job, self.result
-        for s, value in zip(job.whole, self.whole_values):
-            (result.node if s.level == "node" else result.graph)[s.name] = value
-        # When only the lowest eigenpairs are needed, scipy's partial solver (OpenBLAS) does the work and
-        # torch only builds and post-processes small arrays; torch's OpenMP threads, spinning after each
-        # op, then compete with OpenBLAS's own (2.4x slower at n = 300, 2 cores), so torch runs on one thread.
-        partial_only = job.on_cpu and bool(job.needs) and job.needs <= {"sym_low", "sym_low_values"}
-        with _intra_op_threads(1 if partial_only else None):
-            for n, gids in self.big:
-                self.finish_chunk(n, gids, self.new_batch(n, gids))
-        # graphs above the dense limit, one by one through the sparse paths
-        for gid in self.large:
-            sg = SparseGraph(int(self.num_nodes[gid]), *self.coll.graph_edges(int(gid)))
-            for s in job.per_graph:
-                value = torch.as_tensor(np.asarray(s.sparse(sg)))[None]
-                self.store(s, np.array([gid]), sg.n, _finish(value, s.level == "node" and job.normalize))
-            if job.bar is not None:
-                job.bar.update(1)
-        if job.bar is not None:
-            job.bar.update(int((self.num_nodes == 0).sum()))
-        for table in (result.node, result.graph):
-            for value in table.values():
-                # in place, in numpy: torch's version would wake its OpenMP team (ms) for one small pass
-                np.nan_to_num(value.numpy(), copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-        self.closed = True
-        return result
-
-
-@functools.lru_cache(maxsize=1)
-def _column_factory():
-    """``(Frame, Column, Scheme)`` of DGL's frame module, or None if its layout is not the known one."""
-    try:
-        from dgl.frame import Column, Frame, Scheme
-
-        frame = Frame(num_rows=1)
-        frame._columns["_probe"] = Column(torch.zeros(1, 1), Scheme((1,), torch.float32))
-        if frame["_probe"].shape != (1, 1):
-            return None
-        return Frame, Column, Scheme
-    except Exception:  # noqa: BLE001 - any mismatch: use the public API
-        return None
+    return concat_results(job.run(parts))
 
 
 def write_ndata(graphs: list, node_values: dict, counts=None) -> None:
     """Split ``(N, dim)`` tensors by input graph and store them as ``g.ndata[name]``.
 
-    ``g.ndata.update`` costs ~30 us per field and graph (device and shape bookkeeping for every call),
-    which for four PSEs of 3,000 molecules exceeded their whole computation. When the graph's node frame
-    is DGL's plain ``Frame`` (DGL 1.x and 2.x), the column is inserted directly with a scheme built once
-    per field; our tensors already have the right length, dtype and device. Otherwise, and for graphs
-    on a non-CPU device, the public API is used.
+    ``g.ndata.update`` does device and shape bookkeeping on every call, which for a few PSEs of thousands
+    of molecules costs more than computing them. Our tensors already have the right length, dtype and
+    device, so where DGL's node frame is the known one they go in directly
+    (:class:`gpse_dgl._private.NodeColumnWriter`); otherwise through the public API.
     """
     if not node_values or not graphs:
         return
@@ -579,20 +119,11 @@ def write_ndata(graphs: list, node_values: dict, counts=None) -> None:
     counts = [int(c) for c in counts]
     parts = {name: (torch.split(value, counts) if len(graphs) > 1 else (value,))
              for name, value in node_values.items()}
-    fast = _column_factory()
-    if fast is not None:
-        frame_cls, column_cls, scheme_cls = fast
-        schemes = {name: scheme_cls(tuple(value.shape[1:]), value.dtype) for name, value in node_values.items()}
-    check_device = torch.cuda.is_available()  # a CPU-only DGL build has CPU graphs only
+    writer = _private.NodeColumnWriter.create(node_values)
     for i, g in enumerate(graphs):
-        frames = getattr(g, "_node_frames", None)
-        if (fast is not None and frames is not None and len(frames) == 1 and type(frames[0]) is frame_cls
-                and frames[0].num_rows == counts[i] and not (check_device and g.device.type != "cpu")):
-            columns = frames[0]._columns
-            for name, chunks in parts.items():
-                columns[name] = column_cls(chunks[i], schemes[name])
-        else:
-            g.ndata.update({name: chunks[i] for name, chunks in parts.items()})
+        columns = {name: chunks[i] for name, chunks in parts.items()}
+        if writer is None or not writer.write(g, columns, counts[i]):
+            g.ndata.update(columns)
 
 
 def compute_pses(
@@ -648,7 +179,7 @@ def compute_pses(
         expanded into their members). Save them with ``dgl.save_graphs(path, graphs, graph_level)``.
     """
     glist, single = _as_graph_list(graphs)
-    job = _Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers)
+    job = Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers)
 
     def write(part_graphs, result):
         # one member graph per input graph (nothing batched): the per-graph counts are known already
@@ -657,5 +188,4 @@ def compute_pses(
         result.node.clear()  # now held by the graphs; only the graph-level values are joined below
 
     results = job.run(job.parts(glist), on_part=write)
-    return (glist[0] if single else glist), _concat_results(results).graph
-
+    return (glist[0] if single else glist), concat_results(results).graph

@@ -88,7 +88,7 @@ def _canonicalize(kept: np.ndarray, lam: np.ndarray, vec: np.ndarray, flat: np.n
     kept_cid = cid.ravel()[flat]  # (B, k)
     # one row per (graph, cluster) pair that holds a repeated kept eigenvalue
     key = np.arange(lam.shape[0])[:, None] * (m + 1) + kept_cid
-    pairs = np.sort(key[repeated])  # unique by sorting (np.unique's hash path costs ~0.3 ms per call)
+    pairs = np.sort(key[repeated])  # unique by sorting: np.unique's hash path has a fixed cost per call
     pairs = pairs[np.concatenate([[True], pairs[1:] != pairs[:-1]])]
     pb, pc = pairs // (m + 1), pairs % (m + 1)
     members = cid[pb] == pc[:, None]  # (C, m)

@@ -75,14 +75,13 @@ nodes), and with :math:`S` symmetric, for :math:`h = \lfloor k/2 \rfloor`:
   absolute error of the even steps ~5 %; N = 1,024: 7.9e-4 / 3.9e-2 / ~2.5 % (error ~ 1/sqrt(N)). With
   the default ``exact_nnz`` that graph is exact at every step. On a 20,000-node random graph (mean
   degree 4) the defaults are exact for steps 2..6 and give mean / max absolute error 3.6e-4 / 3.9e-2
-  over steps 2..21, in ~2 s (the exact method: ~70 s).
+  over steps 2..21, at a small fraction of the exact method's cost.
 * ``method="auto"`` (default): exact when ``n * (nnz(A) + n) <= exact_work`` (default 2e8, a few
   seconds), otherwise hutchinson.
 
-Speed (one core, shared machine): 100,000-node random graph with 200,000 edges, LapPE ~4-8 s, RWSE
-~6-9 s, peak Python-heap memory ~80 / ~130 MB. Lanczos is slowest when the smallest eigenvalues are tiny
-and clustered: a 300 x 300 grid (90,000 nodes, eigenvalues from 2.8e-5, double ones included) takes
-~30-60 s.
+Cost: both paths grow with the edge count, never with ``n^2``. Lanczos is slowest when the smallest
+eigenvalues are tiny and clustered, as on large grids (a 300 x 300 grid has eigenvalues from 2.8e-5,
+double ones included).
 """
 from __future__ import annotations
 

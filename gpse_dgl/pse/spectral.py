@@ -1,3 +1,5 @@
+# size: most of this file is DenseBatch, whose lazily shared decompositions (sym, sym_low, comb, comb_pinv)
+# serve each other; EdgeCollection and SparseGraph are the inputs it is built from.
 r"""Shared graph views for the PSE computations: edge collections, dense same-size batches, large graphs.
 
 All PSEs are defined on simple undirected graphs. :class:`EdgeCollection` reduces any input (a list of
@@ -21,8 +23,8 @@ computes, lazily and once, the eigendecompositions the requested PSEs need:
   the first ``k`` non-zero ones (LapPE, EigVals). Taken from ``sym`` when that is computed anyway or
   when a worker thread precomputes the decompositions (:meth:`DenseBatch.precompute`); otherwise, for
   graphs of at least :data:`PARTIAL_MIN_N` nodes on the CPU, LAPACK's MRRR solver
-  (``scipy.linalg.eigh(..., subset_by_index=..., driver="evr")``) computes just those, about 5x faster
-  than a full decomposition at n = 300-1000; smaller graphs use one batched ``eigh`` / ``eigvalsh``,
+  (``scipy.linalg.eigh(..., subset_by_index=..., driver="evr")``) computes just those, a fraction of the
+  work of a full decomposition; smaller graphs use one batched ``eigh`` / ``eigvalsh``,
   and, when they are bipartite (most molecules), one of half the size (:mod:`.bipartite`).
 * ``comb``: the combinatorial Laplacian :math:`L = D - A = V M V^\top`; serves HKdiagSE, and ElstaticPE
   through the pseudo-inverse :math:`L^+ = \sum_{\mu_i \neq 0} \mu_i^{-1} v_i v_i^\top` when it is
@@ -52,6 +54,7 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401
+from .. import _private
 from ..utils.errors import GPSEError
 from ..utils.graph import simple_edges
 from . import bipartite as _bipartite
@@ -114,7 +117,7 @@ class EdgeCollection:
     @classmethod
     def from_graphs(cls, graphs) -> "EdgeCollection":
         """Build from a list of DGLGraphs; a batched graph contributes each of its member graphs."""
-        fast = _union_edges(graphs)
+        fast = _private.union_edges(graphs)
         if fast is not None:
             return cls.from_edges(*fast, check=False)
         # batched or heterogeneous inputs, mixed id types, unknown DGL internals: the public API
@@ -240,45 +243,6 @@ def lowest_eigenpairs(mat: np.ndarray, k: int, zero_tol: float, cluster_tol: flo
         if m == n or (last + 1 < m and np.any(np.diff(lam[last:]) >= cluster_tol)):
             return lam, vec
         m = min(n, 2 * m + last)
-
-
-def _union_edges(graphs):
-    """``(num_nodes, src, dst)`` of the disjoint union of unbatched homogeneous graphs, or None.
-
-    Uses the C++ ``disjoint_union`` that ``dgl.batch`` calls, without ``dgl.batch``'s per-graph Python
-    bookkeeping (about 20 us per freshly built graph, more than a molecule's PSEs take). Node counts
-    come from the graphs' node frames (a Python attribute; asking the C++ graph costs ~1 us per graph,
-    5 % of LapPE on molecules), checked against the union's total. Returns None (the caller falls back
-    to the public API) for batched or heterogeneous inputs or when DGL's internals differ.
-    """
-    if not graphs:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    try:  # private DGL API (same in 1.x and 2.x): guarded, any surprise falls back
-        from dgl import heterograph_index
-
-        if any(len(g._node_frames) != 1 or len(g._edge_frames) != 1 or _is_batch(g) for g in graphs):
-            return None
-        counts = np.fromiter((g._node_frames[0].num_rows for g in graphs), dtype=np.int64, count=len(graphs))
-        if len(graphs) == 1:
-            src, dst = graphs[0].edges()
-            total = graphs[0]._graph.num_nodes(0)
-        else:
-            union = heterograph_index.disjoint_union(graphs[0]._graph.metagraph, [g._graph for g in graphs])
-            src, dst, _ = union.edges(0)
-            total = union.num_nodes(0)
-        if int(counts.sum()) != total:
-            return None
-        src, dst = torch.as_tensor(src), torch.as_tensor(dst)
-        return counts, src.numpy().astype(np.int64, copy=False), dst.numpy().astype(np.int64, copy=False)
-    except Exception:  # noqa: BLE001 - internals changed or mixed id types: use the public path
-        return None
-
-
-def _is_batch(g) -> bool:
-    """Whether a homogeneous DGLGraph holds several member graphs. (DGL also caches a one-entry batch
-    size on plain graphs once ``batch_num_nodes()`` has been asked, which does not count.)"""
-    sizes = g._batch_num_nodes
-    return sizes is not None and next(iter(sizes.values())).shape[0] != 1
 
 
 class DenseBatch:

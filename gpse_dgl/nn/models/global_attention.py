@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ... import _private
 from .. import ops
 
 
@@ -60,9 +61,9 @@ class GlobalSelfAttention(nn.Module):
                                                batch_first=True)
 
     def reset_parameters(self):
-        # MultiheadAttention._reset_parameters leaves out_proj.weight alone (it is set at construction).
+        # torch's own re-initialisation leaves out_proj.weight alone (it is set at construction).
         self.attention.out_proj.reset_parameters()
-        self.attention._reset_parameters()
+        _private.reset_multihead_attention(self.attention)
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         """``(batched graph, (N, d)) -> (N, d)``."""

@@ -1,0 +1,230 @@
+"""Pretraining source graphs: read, de-duplicated, subset and split (steps 1 and 2 of :mod:`.data`).
+
+* :func:`load_source_graphs`: ``embedded-molecules``, ``smiles`` or a dataset name known to
+  :func:`gpse_dgl.data.registry.load_dataset`; molecules become unique bare skeletons, other graph datasets
+  lose repeated structures (:func:`unique_structures`) and graphs with <= 1 node or no edge.
+* ``_subset_and_split``: an optional seeded ``max_graphs`` subset, then split codes (0 train, 1 val, 2 test):
+  a seeded random split, or for :data:`HASH_SPLIT_SOURCES` a hash of each skeleton.
+* :func:`add_skeleton_edits`: ring-edited copies of training graphs, in the training split only.
+
+Example
+-------
+>>> import dgl, torch
+>>> from gpse_dgl.train.graph_sources import unique_structures
+>>> ring = dgl.graph(([0, 1, 2], [1, 2, 0]))
+>>> graphs, stats = unique_structures([ring, dgl.graph(([1, 2, 0], [2, 0, 1])), dgl.graph(([], []), num_nodes=1)])
+>>> len(graphs), stats["duplicates"], stats["too_small"]
+(1, 1, 1)
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .. import _env  # noqa: F401
+import dgl
+
+from ..utils.errors import RecipeError
+
+SPLIT_NAMES = ("train", "val", "test")
+# sources whose split is a hash of each skeleton (data.split fractions, no seed), not a seeded draw
+HASH_SPLIT_SOURCES = ("rdkit-molecules",)
+
+
+def load_source_graphs(data_recipe: dict, progress: bool = False) -> tuple[list[dgl.DGLGraph], dict]:
+    """Unique, non-trivial graphs of the recipe's source, and counts describing the clean-up."""
+    source = data_recipe["source"]
+    if source in ("embedded-molecules", "smiles"):
+        from ..data import molecules
+
+        path = (molecules.embedded_smiles_path() if source == "embedded-molecules"
+                else data_recipe["smiles_file"])
+        graphs, stats = molecules.unique_skeleton_graphs(molecules.read_smiles_file(path),
+                                                         progress=progress)
+        return graphs, {"source": source, "path": str(path), **_counts(stats)}
+    return _dataset_graphs(source, data_recipe.get("root"), progress)
+
+
+def _dataset_graphs(name: str, root: str | None, progress: bool) -> tuple[list, dict]:
+    from ..data import molecules
+
+    smiles = _ogb_smiles(name, root)
+    if smiles is not None:
+        # molecules: pretraining uses unique bare skeletons (paper: 323,555 for ogbg-molpcba)
+        graphs, stats = molecules.unique_skeleton_graphs(smiles, progress=progress)
+        return graphs, {"source": name, **_counts(stats)}
+    from ..data.registry import load_dataset
+
+    dataset = load_dataset(name, root)
+    if dataset.task != "graph":
+        raise RecipeError(f"data.source: {name} is a node-level dataset (one graph); pretraining "
+                          f"needs a set of graphs")
+    if name in HASH_SPLIT_SOURCES:  # unique featureless skeletons already: nothing to de-duplicate
+        return list(dataset.graphs), {"source": name, "kept": len(dataset.graphs)}
+    graphs, stats = unique_structures(dataset.graphs)
+    return graphs, {"source": name, **stats}
+
+
+def unique_structures(graphs: Sequence[dgl.DGLGraph], max_nodes_to_compare: int = 1000):
+    """Structure-only copies of ``graphs`` without repeats, trivial graphs (<= 1 node, no edge) dropped.
+
+    Repeats are found by the canonical SMILES of the all-carbon, single-bond skeleton (RDKit's
+    canonical atom ranking), the same key molecules are de-duplicated by. Graphs above
+    ``max_nodes_to_compare`` nodes are kept without comparison.
+    """
+    from ..utils.graph import graph_simple_edges
+
+    kept, seen = [], set()
+    stats = {"total": len(graphs), "too_small": 0, "duplicates": 0}
+    for graph in graphs:
+        u, v = graph_simple_edges(graph)
+        if graph.num_nodes() <= 1 or len(u) == 0:
+            stats["too_small"] += 1
+            continue
+        if graph.num_nodes() <= max_nodes_to_compare:
+            key = _skeleton_key(graph.num_nodes(), u, v)
+            if key in seen:
+                stats["duplicates"] += 1
+                continue
+            seen.add(key)
+        kept.append(_structure_only(graph))
+    stats["kept"] = len(kept)
+    return kept, stats
+
+
+def _skeleton_key(num_nodes: int, u: np.ndarray, v: np.ndarray) -> str:
+    from rdkit import Chem
+
+    mol = Chem.RWMol()
+    for _ in range(num_nodes):
+        mol.AddAtom(Chem.Atom(6))
+    for i, j in zip(u.tolist(), v.tolist()):
+        mol.AddBond(i, j, Chem.BondType.SINGLE)
+    mol = mol.GetMol()
+    mol.UpdatePropertyCache(strict=False)  # hypervalent "carbons" are fine for a canonical key
+    return Chem.MolToSmiles(mol, canonical=True)
+
+
+def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int,
+                       progress: bool = False, max_nodes: int = 1000):
+    """Append ``round(per_graph * num_train)`` ring-edited training graphs to the training split.
+
+    Each is one :func:`~gpse_dgl.data.skeleton_edits.edit_skeleton` edit of a random training graph
+    of at most ``max_nodes`` nodes (the size up to which graphs are compared, as in
+    :func:`unique_structures`). Edits that repeat any source graph (validation and test included) or
+    another edit are drawn again, so held-out graphs never leak into training; after 20 draws per
+    wanted graph it stops with fewer. Returns ``(graphs, split_of_graph, stats)``.
+    """
+    from ..data.skeleton_edits import MAX_NEW_ATOMS, edit_skeleton
+    from ..utils.graph import graph_simple_edges
+    from ..data.synthetic import undirected_graph
+    from .runtime import progress_bar
+
+    # every graph an edit could equal (an edit adds at most MAX_NEW_ATOMS atoms) is compared against
+    comparable = [i for i, g in enumerate(graphs) if g.num_nodes() <= max_nodes + MAX_NEW_ATOMS]
+    simple = {i: (graphs[i].num_nodes(), *graph_simple_edges(graphs[i])) for i in comparable}
+    seen = {_skeleton_key(*edges) for edges in simple.values()}
+    train = [i for i in torch.nonzero(split_of_graph == 0).flatten().tolist()
+             if i in simple and graphs[i].num_nodes() <= max_nodes]
+    wanted = int(round(per_graph * len(train)))
+    rng = np.random.default_rng([seed, 0x5E1E])
+    added, attempts = [], 0
+    bar = progress_bar(None, progress and wanted > 0, total=wanted, desc="ring edits", unit="graph",
+                       leave=False)
+    while len(added) < wanted and attempts < 20 * wanted:
+        attempts += 1
+        edited = edit_skeleton(*simple[train[int(rng.integers(len(train)))]], rng)
+        if edited is None:
+            continue
+        key = _skeleton_key(*edited)
+        if key not in seen:
+            seen.add(key)
+            added.append(undirected_graph(*edited))
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+    codes = torch.cat([split_of_graph, torch.zeros(len(added), dtype=split_of_graph.dtype)])
+    return graphs + added, codes, {"wanted": wanted, "added": len(added), "attempts": attempts}
+
+
+def _ogb_folder(name: str, root: str | None) -> Path | None:
+    """Folder of an ``ogbg-*`` dataset in OGB's on-disk layout under ``root``, if there is one."""
+    if not name.startswith("ogbg-"):
+        return None
+    from ..data.ogb import ogb_dir_name, ogb_meta
+
+    try:
+        candidates = [ogb_dir_name(name), ogb_meta(name).get("download_name", ogb_dir_name(name))]
+    except KeyError:
+        return None
+    base = Path(root) if root else _default_data_root()
+    for candidate in candidates:
+        if (base / candidate / "raw").is_dir() or (base / candidate / "mapping").is_dir():
+            return base / candidate
+    return None
+
+
+def _default_data_root() -> Path:
+    try:
+        from ..data.registry import default_root
+    except ImportError:
+        return Path("data")
+    return Path(default_root())
+
+
+def _ogb_smiles(name: str, root: str | None) -> list[str] | None:
+    """SMILES of an ogbg-mol* dataset from ``mapping/mol.csv.gz`` (None when not a molecule set or
+    the mapping file is absent: then the graphs themselves are read)."""
+    folder = _ogb_folder(name, root)
+    if folder is None or not (folder / "mapping" / "mol.csv.gz").is_file():
+        return None
+    import pandas as pd
+
+    return pd.read_csv(folder / "mapping" / "mol.csv.gz", usecols=["smiles"])["smiles"].astype(str).tolist()
+
+
+def _structure_only(graph: dgl.DGLGraph) -> dgl.DGLGraph:
+    src, dst = graph.edges()
+    return dgl.graph((src, dst), num_nodes=graph.num_nodes(), idtype=torch.int64)
+
+
+def _counts(stats: dict) -> dict:
+    return {k: v for k, v in stats.items() if k != "smiles"}
+
+
+def _subset_and_split(graphs: list, data_recipe: dict) -> tuple[list, torch.Tensor]:
+    """Seeded ``max_graphs`` subset, then split codes (0 train, 1 val, 2 test) per kept graph."""
+    from ..data.dataset import random_split
+
+    seed = data_recipe["split_seed"]
+    if data_recipe["max_graphs"] is not None and data_recipe["max_graphs"] < len(graphs):
+        keep = np.sort(np.random.default_rng(seed).permutation(len(graphs))[:data_recipe["max_graphs"]])
+        graphs = [graphs[i] for i in keep.tolist()]
+    if len(graphs) < 3:
+        raise RecipeError(f"data.source: only {len(graphs)} usable graphs; at least 3 are needed "
+                          f"for a train / validation / test split")
+    if data_recipe["source"] in HASH_SPLIT_SOURCES:
+        split_of_graph = _hash_split(graphs, data_recipe["split"])
+    else:
+        parts = random_split(len(graphs), data_recipe["split"], seed=seed, names=SPLIT_NAMES)
+        split_of_graph = torch.full((len(graphs),), -1, dtype=torch.int64)
+        for code, name in enumerate(SPLIT_NAMES):
+            split_of_graph[parts[name]] = code
+    for code, name in enumerate(SPLIT_NAMES[:2]):
+        if not (split_of_graph == code).any():
+            raise RecipeError(f"data.split: the {name} split of {len(graphs)} graphs is empty; "
+                              f"use more graphs or a larger fraction")
+    return graphs, split_of_graph
+
+
+def _hash_split(graphs: list, fractions) -> torch.Tensor:
+    """Split codes fixed by a hash of each graph's canonical skeleton SMILES (``data.rdkit_corpus``):
+    a graph keeps its split whatever else is in the source."""
+    from ..data.rdkit_corpus import hash_split_codes
+    from ..utils.graph import graph_simple_edges
+
+    return hash_split_codes([_skeleton_key(g.num_nodes(), *graph_simple_edges(g)) for g in graphs], fractions)

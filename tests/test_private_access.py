@@ -1,0 +1,130 @@
+"""Each private DGL / torch access of gpse_dgl/_private.py against its public counterpart, and the
+releases it was checked against."""
+import io
+import pickle
+import pickletools
+
+import numpy as np
+import pytest
+import torch
+
+import gpse_dgl  # noqa: F401  (before dgl: graphbolt guard)
+import dgl
+from gpse_dgl import _private
+
+
+def _release(version: str) -> str:
+    return version.split("+", maxsplit=1)[0]
+
+
+def test_installed_releases_were_checked():
+    """On a new DGL or torch release, re-read every access listed in gpse_dgl/_private.py's docstring
+    against it, run this file, then add the release to CHECKED_VERSIONS."""
+    dgl_release = _release(dgl.__version__)
+    assert dgl_release in _private.CHECKED_VERSIONS["dgl"], (
+        f"DGL {dgl_release} is not among the releases gpse_dgl/_private.py was checked against "
+        f"({', '.join(_private.CHECKED_VERSIONS['dgl'])}): re-check its private accesses, then add it")
+    torch_minor = ".".join(_release(torch.__version__).split(".")[:2])
+    assert torch_minor in _private.CHECKED_VERSIONS["torch"], (
+        f"torch {torch_minor} is not among the releases gpse_dgl/_private.py was checked against "
+        f"({', '.join(_private.CHECKED_VERSIONS['torch'])}): re-check its private accesses, then add it")
+
+
+@pytest.fixture
+def graphs():
+    return [dgl.graph(([0, 1, 2], [1, 2, 0])), dgl.graph(([], []), num_nodes=2),
+            dgl.graph(([0, 3, 3], [1, 1, 2]), num_nodes=5), dgl.graph(([0], [0]))]
+
+
+def test_union_edges_equals_dgl_batch(graphs):
+    counts, src, dst = _private.union_edges(graphs)
+    batch = dgl.batch(graphs)
+    b_src, b_dst = batch.edges()
+    assert counts.tolist() == batch.batch_num_nodes().tolist()
+    assert src.tolist() == b_src.tolist() and dst.tolist() == b_dst.tolist()
+    assert src.dtype == dst.dtype == np.int64
+    one = _private.union_edges(graphs[2:3])
+    assert one[0].tolist() == [5] and one[1].tolist() == [0, 3, 3]
+
+
+def test_union_edges_declines_batched_and_inconsistent_graphs(graphs):
+    assert _private.union_edges([dgl.batch(graphs[:2]), graphs[2]]) is None
+    graphs = [g.clone() for g in graphs]
+    graphs[1]._node_frames[0]._num_rows += 1  # a frame out of step with its graph
+    assert _private.union_edges(graphs) is None
+
+
+def test_is_batch_equals_batch_size(graphs):
+    g = graphs[0]
+    assert not _private.is_batch(g)
+    g.batch_num_nodes()  # fills DGL's one-entry cache on a plain graph
+    assert not _private.is_batch(g) and g.batch_size == 1
+    batch = dgl.batch(graphs)
+    assert _private.is_batch(batch) and batch.batch_size == len(graphs)
+
+
+def test_node_frame_rows_equal_num_nodes(graphs):
+    graphs = graphs + [dgl.batch(graphs[:2])]
+    assert _private.node_frame_rows(graphs).tolist() == [g.num_nodes() for g in graphs]
+
+
+def test_node_column_writer_equals_ndata_update(graphs, tmp_path):
+    fields = {"a": torch.zeros(0, 3), "b": torch.zeros(0, dtype=torch.int64)}
+    writer = _private.NodeColumnWriter.create(fields)
+    assert writer is not None
+    public = [g.clone() for g in graphs]
+    for g, p in zip(graphs, public):
+        n = g.num_nodes()
+        columns = {"a": torch.randn(n, 3), "b": torch.arange(n)}
+        assert writer.write(g, columns, n)
+        p.ndata.update(columns)
+        assert set(g.ndata) == set(p.ndata) == {"a", "b"}
+        assert all(torch.equal(g.ndata[k], p.ndata[k]) for k in ("a", "b"))
+        assert g.node_attr_schemes() == p.node_attr_schemes()
+    batch = dgl.batch(graphs)  # DGL's own code reads the columns back
+    assert torch.equal(batch.ndata["a"], dgl.batch(public).ndata["a"])
+    dgl.save_graphs(str(tmp_path / "g.bin"), graphs)
+    loaded, _ = dgl.load_graphs(str(tmp_path / "g.bin"))
+    assert torch.equal(loaded[2].ndata["b"], public[2].ndata["b"])
+    assert not writer.write(graphs[0], {"a": torch.zeros(9, 3)}, 9)  # wrong row count: declined
+
+
+def test_dgl_library_state_matches_the_files():
+    import os
+
+    from dgl._ffi import base
+
+    assert os.path.isfile(_private.libdgl_path())
+    assert os.path.basename(_private.libdgl_path()).startswith("libdgl")
+    assert _private.tensoradapter_loaded() in (True, False)
+    assert _private.tensoradapter_loaded() == bool(getattr(base, "tensor_adapter_loaded", False))
+    lines = _private.dgl_libraries()
+    assert set(lines) == {"libdgl", "tensoradapter", "graphbolt"} and _private.libdgl_path() in lines["libdgl"]
+
+
+def test_torch_pickle_globals_are_what_a_tensor_pickles_to():
+    data = pickle.dumps(torch.arange(4.0), protocol=2)
+    named = set()
+    for op, arg, _ in pickletools.genops(io.BytesIO(data)):
+        if op.name == "GLOBAL":
+            named.add(tuple(arg.split(" ", 1)))
+    rebuilders = {pair for pair in named if pair[0] == "torch._utils"}
+    assert rebuilders and rebuilders <= set(_private.torch_pickle_globals())
+    for module, name in _private.torch_pickle_globals():
+        assert callable(_private.torch_pickle_global(module, name))
+
+
+def test_reset_multihead_attention_equals_torch_init():
+    """The same draws as torch's documented initialisation of the projections: xavier-uniform weights,
+    zero biases."""
+    attention = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    with torch.no_grad():
+        for p in attention.parameters():
+            p.fill_(7.0)
+    torch.manual_seed(3)
+    expected = torch.nn.init.xavier_uniform_(torch.empty(24, 8))
+    torch.manual_seed(3)
+    _private.reset_multihead_attention(attention)
+    assert torch.equal(attention.in_proj_weight, expected)
+    assert torch.count_nonzero(attention.in_proj_bias) == 0 and torch.count_nonzero(attention.out_proj.bias) == 0
+    assert torch.all(attention.out_proj.weight == 7.0)  # left to out_proj.reset_parameters()
