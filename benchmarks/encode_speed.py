@@ -261,7 +261,8 @@ def profile_forward(graphs, batch_size, device, precision, top=8) -> list:
     from gpse_dgl.utils.precision import autocast
 
     ours, _ = _models(device)
-    batches = [dgl.batch(graphs[i:i + batch_size]).to(device) for i in range(0, 3 * batch_size, batch_size)]
+    size = max(1, min(batch_size, len(graphs) // 3))  # three batches: one warm-up, two profiled
+    batches = [dgl.batch(graphs[i:i + size]).to(device) for i in range(0, 3 * size, size)]
     xs = [random_node_features(b, 20, seed=0).to(device) for b in batches]
     activities = [torch.profiler.ProfilerActivity.CPU]
     if str(device).startswith("cuda"):
