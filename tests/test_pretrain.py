@@ -10,7 +10,7 @@ import torch
 
 from gpse_dgl.recipes import load_recipe, validate_recipe
 from gpse_dgl.train import pretrain as pretrain_module
-from gpse_dgl.train.checkpoint import load_pretrain_checkpoint
+from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
 from gpse_dgl.train.data import GraphCollection, build_pretraining_data
 from gpse_dgl.train.pretrain import build_scheduler, pretrain
 from gpse_dgl.utils.errors import CheckpointError, RecipeError

@@ -68,7 +68,7 @@ from ..recipes import dump_recipe
 from ..utils import distributed as dist_utils
 from ..utils.errors import CheckpointError, RecipeError
 from ..utils.io import atomic_write_text
-from . import checkpoint as ckpt
+from ..utils import checkpoint as ckpt
 from ..utils.precision import to_accumulation
 from . import distributed as data_parallel
 from .features import default_cache_dir

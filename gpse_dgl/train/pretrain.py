@@ -39,7 +39,7 @@ from ..recipes import dump_recipe
 from ..utils import distributed as dist_utils
 from ..utils.errors import CheckpointError
 from ..utils.io import atomic_write_text
-from . import checkpoint as ckpt
+from ..utils import checkpoint as ckpt
 from . import distributed as data_parallel
 from .data import PretrainingData, build_pretraining_data, describe_sizes
 from .metrics import R2Accumulator

@@ -37,7 +37,7 @@ import torch
 
 from ..utils.errors import CheckpointError, GPSEError
 from ..utils.io import atomic_write_text
-from . import checkpoint as ckpt
+from ..utils import checkpoint as ckpt
 
 REPORT_NAME = "report.html"
 FIGURE_NAMES = {"r2": "report_r2.png", "scatter": "report_scatter.png", "curves": "report_curves.png"}

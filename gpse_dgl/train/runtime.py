@@ -16,6 +16,7 @@ import torch
 from ..utils import devices
 from ..utils.io import atomic_write_text
 from ..utils.progress import progress
+from ..utils.text import first_line
 
 __all__ = ["resolve_device", "derive_seed", "torch_threads", "progress_bar", "tqdm_write", "first_line",
            "json_safe", "write_json"]
@@ -61,12 +62,6 @@ def tqdm_write(message: str) -> None:
 
     tqdm.write(message)
     sys.stdout.flush()
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type name when empty), at most 160 characters."""
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
 
 
 def json_safe(value):

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import torch
 
 from .errors import GPSEError
+from .text import first_line
 
 __all__ = ["DistributedError", "Context", "process_group", "current", "launched_world_size",
            "choose_backend", "timeout_seconds", "shard_range", "per_rank_batch_size", "gather_rows",
@@ -143,7 +144,7 @@ def process_group(requested: str = "auto", device: torch.device | str | None = N
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
     except (RuntimeError, ValueError) as exc:
         raise DistributedError(f"cannot join the {world_size} torchrun processes with {backend} within "
-                               f"{seconds:g} s ({_first_line(exc)})") from None
+                               f"{seconds:g} s ({first_line(exc, limit=200)})") from None
     ctx = current()
     try:
         yield ctx
@@ -151,7 +152,7 @@ def process_group(requested: str = "auto", device: torch.device | str | None = N
         if isinstance(exc, GPSEError) or not _lost_contact(exc):
             raise
         raise DistributedError(f"rank {ctx.rank}: lost contact with the other processes (one died or did "
-                               f"not answer within {seconds:g} s): {_first_line(exc)}") from None
+                               f"not answer within {seconds:g} s): {first_line(exc, limit=200)}") from None
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
@@ -160,11 +161,6 @@ def process_group(requested: str = "auto", device: torch.device | str | None = N
 def _lost_contact(exc: BaseException) -> bool:
     text = str(exc).lower()
     return any(marker in text for marker in _LOST_CONTACT_MARKERS)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 def shard_range(count: int, rank: int, world_size: int) -> tuple[int, int]:
