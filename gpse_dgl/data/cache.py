@@ -32,9 +32,10 @@ from ..utils.io import atomic_write_text, save_graphs_atomic
 log = logging.getLogger(__name__)
 
 __all__ = ["save_graphs_cached", "load_graphs_cached", "fingerprint_of", "file_sha256", "structure_digest",
-           "default_cache_dir", "CACHE_FORMAT"]
+           "json_digest", "code_digest", "default_cache_dir", "CACHE_FORMAT", "CACHE_ENV"]
 
 CACHE_FORMAT = 1  # bump when the layout of cached graphs/labels changes
+CACHE_ENV = "GPSE_DGL_CACHE"  # the environment variable naming the cache root
 
 
 def _sidecar(path: Path) -> Path:
@@ -62,9 +63,27 @@ def structure_digest(graphs: Iterable) -> str:
     return digest.hexdigest()
 
 
+def json_digest(value) -> str:
+    """Hex SHA-256 of ``value`` written as canonical JSON (sorted keys; anything else JSON cannot hold by
+    ``str``): equal settings give equal digests, the key of every cache file name."""
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+def code_digest(subpackage: str) -> str:
+    """Hex SHA-256 of the source of ``gpse_dgl.<subpackage>`` (every ``*.py`` below it, in path order, by
+    file name and content digest), so that editing that code invalidates caches of what it computes."""
+    digest = hashlib.sha256()
+    for path in sorted((Path(__file__).resolve().parent.parent / subpackage).rglob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(file_sha256(path).encode())
+    return digest.hexdigest()
+
+
 def default_cache_dir() -> Path:
-    """``$GPSE_DGL_CACHE`` or ``~/.cache/gpse-dgl`` (pretraining targets, downstream features, encodings)."""
-    return Path(os.environ.get("GPSE_DGL_CACHE") or Path.home() / ".cache" / "gpse-dgl")
+    """``$GPSE_DGL_CACHE`` or ``~/.cache/gpse-dgl``: pretraining targets, downstream features, encodings and
+    fetched models (``models/``) live below it."""
+    root = os.environ.get(CACHE_ENV)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "gpse-dgl"
 
 
 def _canonical(fingerprint: dict) -> str:

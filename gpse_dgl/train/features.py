@@ -32,8 +32,6 @@ Example
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +40,7 @@ from typing import Callable, Sequence
 import torch
 
 from .. import _env  # noqa: F401
-from ..data.cache import default_cache_dir, file_sha256, structure_digest
+from ..data.cache import code_digest, default_cache_dir, file_sha256, json_digest, structure_digest
 
 
 __all__ = ["SOURCES", "PSE_COMPONENTS", "NodeTable", "source_width", "compute_features", "load_features",
@@ -319,9 +317,9 @@ def cache_location(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_d
         settings["checkpoint"] = _checkpoint_identity(pe_recipe["checkpoint"])
     key = {"dataset": dataset_name, "source": source, "settings": settings}
     safe = "".join(c if c.isalnum() or c in "-_+" else "_" for c in f"{dataset_name}-{source}")
-    path = Path(cache_dir or default_cache_dir()) / "downstream_features" / f"{safe}-{_digest(key)[:16]}.bin"
+    path = Path(cache_dir or default_cache_dir()) / "downstream_features" / f"{safe}-{json_digest(key)[:16]}.bin"
     fingerprint = fingerprint_of(kind="downstream-features", version=_CACHE_VERSION, structure=structure_digest(graphs),
-                                 pse_code=_pse_code_digest() if source in PSE_COMPONENTS else None, **key)
+                                 pse_code=code_digest("pse") if source in PSE_COMPONENTS else None, **key)
     return path, fingerprint
 
 
@@ -348,16 +346,3 @@ def _checkpoint_identity(checkpoint: str | None) -> dict:
         raise CheckpointError(f"{where}GPSE checkpoint {path} not found; set model.pe.checkpoint to a "
                               f"gpse-dgl best.pt or an authors' gpse_model_<name>_1.0.pt")
     return {"sha256": file_sha256(path), "default": checkpoint is None}
-
-
-def _pse_code_digest() -> str:
-    """Digest of the PSE package's source, so editing a PSE invalidates cached encodings."""
-    digest = hashlib.sha256()
-    for path in sorted((Path(__file__).resolve().parent.parent / "pse").glob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()
