@@ -122,6 +122,7 @@ def dgl_libraries() -> dict[str, str]:
     allocator; DGL ships it per torch release and works without it) and ``graphbolt`` (see
     :func:`guard_graphbolt`).
     """
+    # imported here: this module runs before DGL is imported (see guard_graphbolt)
     import torch
 
     import dgl

@@ -46,7 +46,9 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..nn.random_features import random_node_features
 from ..utils.precision import autocast, resolve_precision
+from ..utils.progress import progress as progress_bar
 from .graphs import as_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
 
@@ -106,8 +108,6 @@ def _check_x(x: torch.Tensor, g: dgl.DGLGraph, dim_in: int, samples: int) -> Non
 
 def _draws(encoder, g, x, seed, samples, device):
     """Input features of each of the ``samples`` draws, on ``device``."""
-    from ..nn.random_features import random_node_features
-
     if x is not None:
         yield x.to(device=device, dtype=torch.float32)
         return
@@ -377,9 +377,8 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
 def _bar(total: int, enabled: bool):
     if not enabled:
         return None
-    from ..utils.progress import progress
 
-    return progress(total=total, desc="GPSE encoding", unit="graph")
+    return progress_bar(total=total, desc="GPSE encoding", unit="graph")
 
 
 def _advance(bar, members) -> None:

@@ -48,20 +48,21 @@ torch.Size([3, 8])
 from __future__ import annotations
 
 import contextlib
-
-from dataclasses import dataclass
-
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from .. import _env  # noqa: F401
 import dgl
 
 from ..nn.gpse import GPSE
 from ..nn.ops import gated_sum
+from ..utils.distributed import current, shard_range
 from ..utils.precision import to_accumulation
+from ..utils.progress import progress as progress_bar
 
 __all__ = ["DEFAULT_CHUNK_EDGES", "DEFAULT_FANOUTS", "virtual_node_edges", "layerwise_forward",
            "expand_fanouts", "sampled_forward"]
@@ -132,9 +133,7 @@ def _plan_chunks(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edg
 
 
 def _progress(iterable, enabled: bool, **kwargs):
-    from ..utils.progress import progress
-
-    return progress(iterable, enabled=enabled, **kwargs)
+    return progress_bar(iterable, enabled=enabled, **kwargs)
 
 
 @torch.no_grad()
@@ -208,8 +207,6 @@ def _with_bias(out: torch.Tensor, conv) -> torch.Tensor:
 
 def _rank_node_ranges(chunks: list) -> list:
     """``[start, stop)`` node rows each rank updates: contiguous runs of chunks, equal in number."""
-    from ..utils.distributed import current, shard_range
-
     ctx = current()
     ranges = []
     for rank in range(ctx.world_size):
@@ -219,8 +216,6 @@ def _rank_node_ranges(chunks: list) -> list:
 
 
 def _my_chunks(chunks: list) -> list:
-    from ..utils.distributed import current, shard_range
-
     ctx = current()
     first, last = shard_range(len(chunks), ctx.rank, ctx.world_size)
     return chunks[first:last]
@@ -228,8 +223,6 @@ def _my_chunks(chunks: list) -> list:
 
 def _exchange_rows(h: torch.Tensor, chunks: list) -> None:
     """Give every rank the rows of ``h`` the other ranks updated (one all-gather per layer)."""
-    import torch.distributed as dist
-
     ranges = _rank_node_ranges(chunks)
     width = max(stop - start for start, stop in ranges)
     pieces = [h.new_empty(width, h.shape[1]) for _ in ranges]

@@ -8,10 +8,12 @@ import contextlib
 import json
 import math
 import os
+import sys
 import zlib
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..utils import devices
 from ..utils.io import atomic_write_text
@@ -56,10 +58,6 @@ def progress_bar(iterable, enabled: bool, **kwargs):
 
 def tqdm_write(message: str) -> None:
     """Print a line without breaking an active progress bar (flushed: a log file shows it at once)."""
-    import sys
-
-    from tqdm.auto import tqdm
-
     tqdm.write(message)
     sys.stdout.flush()
 

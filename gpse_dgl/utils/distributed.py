@@ -29,6 +29,7 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from .errors import GPSEError
 from .text import first_line
@@ -79,8 +80,6 @@ def launched_world_size() -> int:
 
 def current() -> Context:
     """The context of the joined group, or world size 1 when none is joined."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         return Context()
     return Context(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
@@ -130,8 +129,6 @@ def process_group(requested: str = "auto", device: torch.device | str | None = N
     Without ``torchrun`` (``WORLD_SIZE`` unset or 1), or inside a group joined already, nothing is
     joined or left. A failed collective inside the block becomes a one-line :class:`DistributedError`.
     """
-    import torch.distributed as dist
-
     world_size = launched_world_size()
     if world_size <= 1 or dist.is_initialized():
         yield current()
@@ -189,8 +186,6 @@ def refuse_under_torchrun(verb: str, sharded: tuple) -> None:
 
 def barrier() -> None:
     """Wait for every rank (nothing with one process)."""
-    import torch.distributed as dist
-
     if current().is_distributed:
         dist.barrier()
 
@@ -201,8 +196,6 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
     The result is the same on every rank; gradients flow into this rank's own rows only (the others'
     are constants here: each rank back-propagates through its own share).
     """
-    import torch.distributed as dist
-
     ctx = current()
     if not ctx.is_distributed:
         return local
@@ -222,8 +215,6 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
 
 def gather_objects(value) -> list:
     """``[value of rank 0, value of rank 1, ...]`` on every rank (``[value]`` with one process)."""
-    import torch.distributed as dist
-
     ctx = current()
     if not ctx.is_distributed:
         return [value]
@@ -234,8 +225,6 @@ def gather_objects(value) -> list:
 
 def broadcast_object(value, source: int = 0):
     """Rank ``source``'s ``value`` on every rank."""
-    import torch.distributed as dist
-
     if not current().is_distributed:
         return value
     box = [value]

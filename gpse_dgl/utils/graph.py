@@ -6,6 +6,7 @@ edge directions are dropped (directed input is symmetrised), self-loops and mult
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 
@@ -34,8 +35,6 @@ def graph_simple_edges(g) -> tuple[np.ndarray, np.ndarray]:
 
 def symmetric_csr(num_nodes: int, u: np.ndarray, v: np.ndarray):
     """Symmetric 0/1 ``scipy.sparse.csr_matrix`` adjacency from simple edges ``u < v``."""
-    import scipy.sparse as sp
-
     row = np.concatenate([u, v])
     col = np.concatenate([v, u])
     data = np.ones(row.shape[0], dtype=np.float64)
