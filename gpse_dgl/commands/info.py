@@ -5,6 +5,7 @@ import platform
 
 import click
 
+from .._dgl_compat import dgl_libraries
 from . import output_options
 
 
@@ -27,8 +28,6 @@ def _rdkit_corpus_size() -> str:
 
 def _echo_dgl_libraries() -> None:
     """One line per DGL library (libdgl, tensoradapter, graphbolt): loaded, missing or stubbed, and why."""
-    from .._dgl_compat import dgl_libraries
-
     click.echo("dgl libraries:")
     for name, state in dgl_libraries().items():
         click.echo(f"  {name:<13} {state}")

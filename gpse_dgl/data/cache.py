@@ -27,6 +27,10 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+import dgl
+from dgl.data.utils import load_labels
+
+from .. import __version__
 from ..utils.io import atomic_write_text, save_graphs_atomic
 
 log = logging.getLogger(__name__)
@@ -102,10 +106,6 @@ def fingerprint_of(sources: Iterable[str | os.PathLike] = (), **settings) -> dic
     **settings
         Any JSON-able options that change the processed result.
     """
-    import dgl
-
-    from .. import __version__
-
     files = []
     for src in sources:
         p = Path(src)
@@ -138,8 +138,6 @@ def save_graphs_cached(path, graphs: list, labels: dict[str, torch.Tensor] | Non
         True when written; False (logged) when the location is not writable, so callers can go on with
         the data they just built.
     """
-    import dgl
-
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,8 +159,6 @@ def cached_labels(path, fingerprint: dict) -> dict | None:
     costs milliseconds: for summaries such as ``gpse-dgl info``. Data is read with
     :func:`load_graphs_cached`.
     """
-    from dgl.data.utils import load_labels
-
     path = Path(path)
     try:
         meta = json.loads(_sidecar(path).read_text(encoding="utf-8"))
@@ -180,8 +176,6 @@ def load_graphs_cached(path, fingerprint: dict):
     the size or checksum does not match (torn or corrupt file), or DGL cannot read it. Never raises for
     a bad cache.
     """
-    import dgl
-
     path = Path(path)
     side = _sidecar(path)
     if not path.is_file() or not side.is_file():

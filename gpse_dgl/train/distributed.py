@@ -100,7 +100,6 @@ def data_parallel(model: torch.nn.Module, ctx: Context, device: torch.device, sy
         else:
             convert_sync_batchnorm(model)
 
-
     with warnings.catch_warnings():  # broadcast_buffers: deprecated in new torch, the only way in torch 2.1
         warnings.filterwarnings("ignore", message=".*broadcast_buffers", category=FutureWarning)
         return DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None,

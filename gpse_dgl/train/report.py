@@ -155,7 +155,6 @@ def _write(out_dir: Path, payload: dict, data_recipe: dict, recipe: dict, histor
            log) -> Path:
     _require_matplotlib()
 
-
     data = build_pretraining_data(data_recipe, log=log)
     device = resolve_device(recipe["device"])
     model = _load_model(payload).to(device)
