@@ -19,7 +19,7 @@ import torch
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 import dgl
 
-from ..utils.graph import simple_edges
+from ..utils.graph import simple_edges, undirected_graph
 from .dataset import GraphDataset, random_split
 
 __all__ = [
@@ -34,17 +34,6 @@ CSL_SKIPS = (2, 3, 4, 5, 6, 9, 11, 12, 13, 16)  # skip lengths of benchmarking-g
 #: (num_nodes, num_edges as stored) of ogbn-arxiv (directed) and ogbn-proteins (undirected edge list).
 ARXIV_SIZE = (169_343, 1_166_243)
 PROTEINS_SIZE = (132_534, 39_561_252)
-
-
-def undirected_graph(num_nodes: int, u, v, ndata: dict | None = None):
-    """Bidirected simple DGLGraph from undirected edges (duplicates / self-loops / direction dropped)."""
-    su, sv = simple_edges(u, v, num_nodes)
-    src = torch.from_numpy(np.concatenate([su, sv]))
-    dst = torch.from_numpy(np.concatenate([sv, su]))
-    g = dgl.graph((src, dst), num_nodes=int(num_nodes))
-    for k, val in (ndata or {}).items():
-        g.ndata[k] = torch.as_tensor(val)
-    return g
 
 
 def _permuted(num_nodes: int, u: np.ndarray, v: np.ndarray, rng: np.random.Generator):
