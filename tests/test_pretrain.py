@@ -289,16 +289,14 @@ def test_resume_check_fills_keys_added_to_the_schema(tmp_path):
 
 def test_loss_options_reach_the_loss(tmp_path, cache_dir, monkeypatch):
     """general_pipeline.loss is what training and validation minimise / report."""
-    import gpse_dgl.nn.loss as loss_module
-
     seen = []
-    real = loss_module.gpse_loss
+    real = pretrain_module.gpse_loss
 
     def spy(*args, **kwargs):
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loss_module, "gpse_loss", spy)
+    monkeypatch.setattr(pretrain_module, "gpse_loss", spy)
     recipe = tiny_recipe(tmp_path / "run", cache_dir, num_epochs=1,
                          loss={"regression": "l1+mse", "graph_weight": 5.0})
     summary = run(recipe)
