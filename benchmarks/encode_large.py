@@ -106,17 +106,16 @@ def _sampled_prefix(model, graph, fanouts, args):
     """Sampled inference for the seed nodes of the first ``args.sampled_batches`` mini-batches."""
     import torch
 
-    from gpse_dgl.encode.functional import EncoderWeights
     from gpse_dgl.encode.large_graph import sampled_forward
     from gpse_dgl.nn.random_features import random_node_features
 
     seeds = min(graph.num_nodes(), args.sampled_batches * args.sample_batch_size)
     from gpse_dgl.utils.precision import autocast
 
-    weights = EncoderWeights.from_model(model)
+    encoder = getattr(model, "encoder", model).eval()
     x = random_node_features(graph, model.dim_in, seed=0)
     with torch.no_grad(), autocast(args.precision, "cpu"):
-        out = sampled_forward(weights, graph, x, fanouts=fanouts, batch_size=args.sample_batch_size, seed=0,
+        out = sampled_forward(encoder, graph, x, fanouts=fanouts, batch_size=args.sample_batch_size, seed=0,
                               nodes=torch.arange(seeds), progress=args.progress)
     return out, seeds
 

@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from gpse_dgl.train import checkpoint as ckpt  # noqa: E402
+from gpse_dgl.utils import checkpoint as ckpt  # noqa: E402
 from gpse_dgl.train import pretrain as pt  # noqa: E402
 from gpse_dgl.train.data import build_pretraining_data  # noqa: E402
 from gpse_dgl.train.metrics import R2Accumulator  # noqa: E402

@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import warnings
 
 import click
 
 from . import _env  # noqa: F401
+from .utils.errors import GPSEError
+from .utils.text import first_line
 
 # verb -> module in gpse_dgl.commands exposing a click command called ``command``
 VERBS = {
@@ -77,17 +80,8 @@ def _fail(message: str, exit_code: int) -> None:
     sys.exit(exit_code)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 def main(argv=None):
     """Console-script entry point: run the CLI, turning every user error into one line (see the module doc)."""
-    import warnings
-
-    from .utils.errors import GPSEError
-
     warnings.formatwarning = _one_line_warning  # warnings read like the error lines: one line each
     try:
         cli.main(args=argv, prog_name=PROG, standalone_mode=False)
@@ -96,17 +90,17 @@ def main(argv=None):
         sys.exit(130)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        _fail(_first_line(click.ClickException(exc.format_message())) + hint, 2)
+        _fail(first_line(click.ClickException(exc.format_message()), limit=None) + hint, 2)
     except click.ClickException as exc:
-        _fail(_first_line(click.ClickException(exc.format_message())), exc.exit_code)
+        _fail(first_line(click.ClickException(exc.format_message()), limit=None), exc.exit_code)
     except (GPSEError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as exc:
         if os.environ.get("GPSE_DGL_DEBUG"):
             raise
-        _fail(_first_line(exc), getattr(exc, "exit_code", 2))
+        _fail(first_line(exc, limit=None), getattr(exc, "exit_code", 2))
     except OSError as exc:  # e.g. a disk that filled up during the run
         if os.environ.get("GPSE_DGL_DEBUG"):
             raise
-        _fail(_first_line(exc), 1)
+        _fail(first_line(exc, limit=None), 1)
     except KeyboardInterrupt:
         click.echo(f"{PROG}: interrupted", err=True)
         sys.exit(130)

@@ -22,7 +22,7 @@ import torch
 import yaml
 
 from gpse_dgl.recipes import validate_recipe
-from gpse_dgl.train.checkpoint import load_pretrain_checkpoint
+from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
 from gpse_dgl.train.data import build_pretraining_data
 from gpse_dgl.train.pretrain import pretrain
 from gpse_dgl.utils import distributed as dist_utils
@@ -247,7 +247,7 @@ def test_torchrun_itself_runs_the_cli(tmp_path):
 @pytest.mark.slow
 def test_two_processes_train_a_downstream_model_like_one(tmp_path):
     """CSL with GIN, no BatchNorm, no dropout: 2 processes give 1 process's losses and weights."""
-    from gpse_dgl.train.checkpoint import load_checkpoint
+    from gpse_dgl.utils.checkpoint import load_checkpoint
     from gpse_dgl.train.downstream import train_downstream
     from gpse_dgl.train.downstream_schema import load_downstream_recipe
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gpse_dgl.train import metrics
-from gpse_dgl.train.checkpoint import load_checkpoint
+from gpse_dgl.utils.checkpoint import load_checkpoint
 from gpse_dgl.train.downstream import compute_loss, plan_runs, task_spec, train_downstream
 from gpse_dgl.train.downstream_schema import (DOWNSTREAM_SCHEMA, load_downstream_recipe,
                                               validate_downstream_recipe)

@@ -219,7 +219,7 @@ def test_fp32_is_the_default_and_unchanged():
 
 def test_bf16_pretraining_follows_fp32_and_resumes(tmp_path, quiet_bf16):
     from gpse_dgl.recipes import validate_recipe
-    from gpse_dgl.train.checkpoint import load_pretrain_checkpoint
+    from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
     from gpse_dgl.train.pretrain import pretrain
 
     def recipe(precision, save, epochs=2):

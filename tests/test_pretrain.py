@@ -10,7 +10,7 @@ import torch
 
 from gpse_dgl.recipes import load_recipe, validate_recipe
 from gpse_dgl.train import pretrain as pretrain_module
-from gpse_dgl.train.checkpoint import load_pretrain_checkpoint
+from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
 from gpse_dgl.train.data import GraphCollection, build_pretraining_data
 from gpse_dgl.train.pretrain import build_scheduler, pretrain
 from gpse_dgl.train.schedule import CosineWithWarmup
@@ -290,16 +290,14 @@ def test_resume_check_fills_keys_added_to_the_schema(tmp_path):
 
 def test_loss_options_reach_the_loss(tmp_path, cache_dir, monkeypatch):
     """general_pipeline.loss is what training and validation minimise / report."""
-    import gpse_dgl.nn.loss as loss_module
-
     seen = []
-    real = loss_module.gpse_loss
+    real = pretrain_module.gpse_loss
 
     def spy(*args, **kwargs):
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loss_module, "gpse_loss", spy)
+    monkeypatch.setattr(pretrain_module, "gpse_loss", spy)
     recipe = tiny_recipe(tmp_path / "run", cache_dir, num_epochs=1,
                          loss={"regression": "l1+mse", "graph_weight": 5.0})
     summary = run(recipe)

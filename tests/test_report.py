@@ -68,7 +68,7 @@ def test_report_command_recreates_it_for_a_run_and_for_a_checkpoint(run_dir, tmp
     main(["report", str(run_dir)])
     assert_self_contained_with_images((run_dir / "report.html").read_text(encoding="utf-8"), 3)
     # an inference export has no history: no training curves
-    from gpse_dgl.train.checkpoint import export_inference_checkpoint
+    from gpse_dgl.utils.checkpoint import export_inference_checkpoint
 
     export = export_inference_checkpoint(run_dir / "best.pt", tmp_path / "small.pt")
     main(["report", "--checkpoint", str(export), "--out", str(tmp_path / "out")])

@@ -124,7 +124,7 @@ def test_checkpoints_are_readable_by_the_group(tmp_path):
     """best.pt / last.pt used to be 0600 (tempfile.mkstemp's mode)."""
     import torch
 
-    from gpse_dgl.train.checkpoint import save_checkpoint
+    from gpse_dgl.utils.checkpoint import save_checkpoint
 
     previous = os.umask(0o022)
     try:

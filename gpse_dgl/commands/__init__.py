@@ -1,7 +1,16 @@
-"""One module per CLI verb; each exposes a click command named ``command``."""
+"""One module per CLI verb; each exposes a click command named ``command``.
+
+``gpse-dgl --help`` imports every verb's module (to list the verbs), so the modules here import only
+click and light helpers at module level; torch, DGL and the sub-packages that load them (``pse``, ``data``,
+``nn``, ``encode``, ``train``) are imported inside the command functions, when a verb runs. This is the
+one place in gpse-dgl where imports inside functions are the rule (``gpse_dgl/cli.py`` follows it too).
+"""
 import functools
 
 import click
+
+from ..utils.devices import check_device_name
+from ..utils.progress import configure
 
 
 def cli_overrides(overrides, device, out_dir) -> list:
@@ -16,8 +25,6 @@ def cli_overrides(overrides, device, out_dir) -> list:
 
 def check_device_option(ctx, param, value):
     """click callback: the device name is well formed (whether it exists is checked when the run starts)."""
-    from ..utils.devices import check_device_name
-
     if value is not None and (problem := check_device_name(value)):
         raise click.BadParameter(problem)
     return value
@@ -59,8 +66,6 @@ def output_options(command):
                        "GPSE_DGL_PROGRESS=1 or 0 forces bars on or off.)")
     @functools.wraps(command)
     def with_output_options(*args, quiet, verbose, **kwargs):
-        from ..utils.progress import configure
-
         if quiet and verbose:
             raise click.UsageError("--quiet and --verbose exclude each other")
         configure(quiet=quiet, verbose=verbose)

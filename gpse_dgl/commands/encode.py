@@ -8,6 +8,11 @@ import time
 
 import click
 
+from ..utils.devices import resolve_device
+from ..utils.errors import GPSEError, RunFailedError
+from ..utils.preflight import check_output_file
+from ..utils.progress import is_quiet
+from ..utils.text import plural
 from . import output_options
 
 
@@ -48,12 +53,9 @@ def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
         graphs, labels = read_graph_file(input_path)
         return graphs, labels, f"{input_path}"
     from ..data.tables import skeleton_table
-    from ..utils.text import plural
 
     graphs, labels, invalid = skeleton_table(str(smiles), smiles_column)
     if not graphs:
-        from ..utils.errors import GPSEError
-
         raise GPSEError(f"{smiles}: no valid SMILES found")
     shown = ", ".join(str(i) for i in invalid[:5]) + (", ..." if len(invalid) > 5 else "")
     note = f", {len(invalid)} invalid skipped (records {shown}, numbered from 0)" if invalid else ""
@@ -133,10 +135,7 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
     if smiles_column is not None and smiles is None:
         raise click.UsageError("--smiles-column only applies with --smiles")
 
-    from ..utils.devices import resolve_device
     from ..utils.distributed import local_device, process_group
-    from ..utils.preflight import check_output_file
-
     from ..utils.precision import resolve_precision, select_precision
 
     device = resolve_device(device)
@@ -155,8 +154,6 @@ def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_col
             seed, samples, sampled, fanouts, directed, precision):
     from ..encode import describe_checkpoint, load_gpse
     from ..encode.sharded import encode_dataset_sharded
-    from ..utils.progress import is_quiet
-    from ..utils.text import plural
     from .graph_io import check_input_graphs, write_graph_file
 
     say = (lambda message: None) if is_quiet() else (lambda message: click.echo(message, err=True))
@@ -189,8 +186,6 @@ def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_col
 def _check_finite_encodings(graphs) -> None:
     """Refuse to write NaN/Inf encodings (a model that diverged on these inputs) as if they were results."""
     import torch
-
-    from ..utils.errors import RunFailedError
 
     for index, graph in enumerate(graphs):
         if not bool(torch.isfinite(graph.ndata["gpse"]).all()):

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import click
 
-from . import (allow_recipe_change_option, check_device_option, check_resume_flags, echo_recipe,
+from ..utils.progress import is_quiet
+from ..utils.text import plural
+from . import (allow_recipe_change_option, check_device_option, check_resume_flags, cli_overrides, echo_recipe,
                output_options, print_config_option)
 
 
@@ -41,10 +43,6 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
       gpse-dgl pretrain recipes/quickstart.yaml --set model.num_layers=8 --print-config
     """
     from ..recipes import load_recipe
-    from ..utils.progress import is_quiet
-    from ..utils.text import plural
-
-    from . import cli_overrides
 
     check_resume_flags(resume, allow_recipe_change)
     validated = load_recipe(recipe, cli_overrides(overrides, device, out_dir))

@@ -5,6 +5,11 @@ import time
 
 import click
 
+from ..utils.devices import resolve_device
+from ..utils.errors import DatasetNotFoundError, GPSEError
+from ..utils.preflight import check_output_file
+from ..utils.progress import is_quiet
+from ..utils.text import plural
 from . import output_options
 
 DATASET_EMBEDDED = "embedded-molecules"
@@ -27,8 +32,6 @@ def _load_smiles(path: str, unique: bool):
     import torch
 
     from ..data.molecules import read_smiles_file, smiles_to_skeleton, unique_skeleton_graphs
-    from ..utils.errors import GPSEError
-    from ..utils.text import plural
 
     entries = read_smiles_file(path)
     if unique:
@@ -58,10 +61,6 @@ def _load_smiles(path: str, unique: bool):
 
 
 def _load_dataset(name: str, root):
-    from ..utils.errors import DatasetNotFoundError
-
-    from ..utils.text import plural
-
     if name == DATASET_EMBEDDED:
         from ..data.molecules import load_embedded_molecules
 
@@ -131,10 +130,6 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
     """
     from ..pse import DEFAULT_DENSE_LIMIT, PSE_REGISTRY, compute_pses
     from ..pse.cycles import CycleLimitError
-    from ..utils.devices import resolve_device
-    from ..utils.preflight import check_output_file
-    from ..utils.progress import is_quiet
-    from ..utils.text import plural
     from .graph_io import check_input_graphs, read_graph_file, write_graph_file
 
     chosen = [flag for flag, value in (("--input", input_path), ("--smiles", smiles), ("--dataset", dataset))

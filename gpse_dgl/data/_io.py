@@ -17,6 +17,8 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+import dgl
+
 from .. import _private
 from ..utils.errors import DatasetNotFoundError, GPSEError
 
@@ -52,7 +54,7 @@ def read_csv_array(path: Path, dtype=None) -> np.ndarray:
 
     ``dtype=None`` keeps pandas' inference (int64 where possible, float64 with NaN for empty cells).
     """
-    import pandas as pd
+    import pandas as pd  # pandas: a heavy import, for OGB's csv files only
 
     try:
         df = pd.read_csv(path, header=None, dtype=dtype, compression="infer")
@@ -145,8 +147,6 @@ def safe_torch_load(path: Path, allow_numpy: bool = False):
 
 def graph_from_edges(num_nodes: int, src, dst, ndata: dict | None = None, edata: dict | None = None):
     """DGLGraph (int64 ids) with the given directed edges and feature dicts."""
-    import dgl
-
     g = dgl.graph((torch.as_tensor(np.asarray(src), dtype=torch.long),
                    torch.as_tensor(np.asarray(dst), dtype=torch.long)), num_nodes=int(num_nodes))
     for k, v in (ndata or {}).items():
@@ -176,7 +176,7 @@ def ogb_smiles_graph(smiles: str):
     Uses ``ogb.utils.smiles2graph`` (RDKit), exactly as OGB, LRGB and GraphGPS featurise molecules.
     Returns None for SMILES RDKit cannot parse.
     """
-    from ogb.utils import smiles2graph
+    from ogb.utils import smiles2graph  # ogb: a heavy import, for OGB data only
 
     try:
         g = smiles2graph(smiles)

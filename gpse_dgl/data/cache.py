@@ -27,14 +27,19 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+import dgl
+from dgl.data.utils import load_labels
+
+from .. import __version__
 from ..utils.io import atomic_write_text, save_graphs_atomic
 
 log = logging.getLogger(__name__)
 
 __all__ = ["save_graphs_cached", "load_graphs_cached", "fingerprint_of", "file_sha256", "structure_digest",
-           "default_cache_dir", "CACHE_FORMAT"]
+           "json_digest", "code_digest", "default_cache_dir", "CACHE_FORMAT", "CACHE_ENV"]
 
 CACHE_FORMAT = 1  # bump when the layout of cached graphs/labels changes
+CACHE_ENV = "GPSE_DGL_CACHE"  # the environment variable naming the cache root
 
 
 def _sidecar(path: Path) -> Path:
@@ -62,9 +67,27 @@ def structure_digest(graphs: Iterable) -> str:
     return digest.hexdigest()
 
 
+def json_digest(value) -> str:
+    """Hex SHA-256 of ``value`` written as canonical JSON (sorted keys; anything else JSON cannot hold by
+    ``str``): equal settings give equal digests, the key of every cache file name."""
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+def code_digest(subpackage: str) -> str:
+    """Hex SHA-256 of the source of ``gpse_dgl.<subpackage>`` (every ``*.py`` below it, in path order, by
+    file name and content digest), so that editing that code invalidates caches of what it computes."""
+    digest = hashlib.sha256()
+    for path in sorted((Path(__file__).resolve().parent.parent / subpackage).rglob("*.py")):
+        digest.update(path.name.encode())
+        digest.update(file_sha256(path).encode())
+    return digest.hexdigest()
+
+
 def default_cache_dir() -> Path:
-    """``$GPSE_DGL_CACHE`` or ``~/.cache/gpse-dgl`` (pretraining targets, downstream features, encodings)."""
-    return Path(os.environ.get("GPSE_DGL_CACHE") or Path.home() / ".cache" / "gpse-dgl")
+    """``$GPSE_DGL_CACHE`` or ``~/.cache/gpse-dgl``: pretraining targets, downstream features, encodings and
+    fetched models (``models/``) live below it."""
+    root = os.environ.get(CACHE_ENV)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "gpse-dgl"
 
 
 def _canonical(fingerprint: dict) -> str:
@@ -83,10 +106,6 @@ def fingerprint_of(sources: Iterable[str | os.PathLike] = (), **settings) -> dic
     **settings
         Any JSON-able options that change the processed result.
     """
-    import dgl
-
-    from .. import __version__
-
     files = []
     for src in sources:
         p = Path(src)
@@ -119,8 +138,6 @@ def save_graphs_cached(path, graphs: list, labels: dict[str, torch.Tensor] | Non
         True when written; False (logged) when the location is not writable, so callers can go on with
         the data they just built.
     """
-    import dgl
-
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -142,8 +159,6 @@ def cached_labels(path, fingerprint: dict) -> dict | None:
     costs milliseconds: for summaries such as ``gpse-dgl info``. Data is read with
     :func:`load_graphs_cached`.
     """
-    from dgl.data.utils import load_labels
-
     path = Path(path)
     try:
         meta = json.loads(_sidecar(path).read_text(encoding="utf-8"))
@@ -161,8 +176,6 @@ def load_graphs_cached(path, fingerprint: dict):
     the size or checksum does not match (torn or corrupt file), or DGL cannot read it. Never raises for
     a bad cache.
     """
-    import dgl
-
     path = Path(path)
     side = _sidecar(path)
     if not path.is_file() or not side.is_file():

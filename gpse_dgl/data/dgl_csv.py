@@ -30,6 +30,8 @@ from typing import Sequence
 import torch
 
 from .. import _env  # noqa: F401
+import dgl
+
 from ..utils.errors import DatasetNotFoundError, GPSEError
 from ._io import DatasetFormatError
 from .dataset import GraphDataset
@@ -44,8 +46,6 @@ _MASKS = {"train": "train_mask", "val": "val_mask", "test": "test_mask"}
 def read_csv_dir(path) -> tuple[list, dict, dict]:
     """``(graphs, graph_data, files)`` parsed by ``dgl.data.CSVDataset``; ``files`` names the graph and
     node files of ``meta.yaml`` (for messages)."""
-    import dgl
-
     path = Path(os.fspath(path)).expanduser()
     if not (path / "meta.yaml").is_file():
         raise DatasetNotFoundError(f"{path}: no meta.yaml (a dgl.data.CSVDataset directory holds meta.yaml, "

@@ -36,9 +36,12 @@ import sys
 import torch
 
 from .. import _env  # noqa: F401
+import dgl.data
+import dgl.data.utils
+
 from ..utils.errors import DatasetNotFoundError, GPSEError
 from .dataset import GraphDataset
-from .user_data import labelled_dataset
+from .user_data import feature_kinds, labelled_dataset
 
 __all__ = ["SUPPORTED", "DEFAULTS", "parse_spec", "load_dgl_dataset", "UnknownDGLDatasetError"]
 
@@ -62,8 +65,6 @@ class UnknownDGLDatasetError(GPSEError, ValueError):
 
 
 def _supported() -> list[str]:
-    import dgl.data
-
     return [name for name in DEFAULTS if hasattr(dgl.data, name)]
 
 
@@ -96,8 +97,6 @@ def parse_spec(spec: str) -> tuple[str, list, dict]:
 
 
 def _dataset_class(name: str):
-    import dgl.data
-
     supported = _supported()
     match = next((s for s in supported if s.lower() == name.lower()), None)
     if match is None:
@@ -110,8 +109,6 @@ def _dataset_class(name: str):
 def _no_downloads(cls, spec: str, raw_dir):
     """Replace DGL's ``download`` function, in every module a dataset class of ``cls`` uses it from, by one
     that raises a one-line :class:`DatasetNotFoundError` naming the URL and where DGL expects the file."""
-    import dgl.data.utils
-
     def refuse(url, path=None, *args, **kwargs):
         where = path or raw_dir or dgl.data.utils.get_download_dir()
         raise DatasetNotFoundError(f"dgl:{spec}: DGL's files are not on disk (downloads are off): DGL expects "
@@ -188,8 +185,6 @@ def _node_level(graph, name: str) -> GraphDataset:
 def _graph_level(graphs: list, labels: list, splits: dict, name: str) -> GraphDataset:
     _copy_features(graphs)
     if any(label is None for label in labels):
-        from .user_data import feature_kinds
-
         info = {"source": f"dgl.data ({name})", **feature_kinds(graphs)}
         return GraphDataset(graphs=graphs, labels=None, splits={}, name=name, task="graph", task_type="none",
                             metric=None, num_tasks=0, node_feat_key="feat" if "node_feat_kind" in info else None,

@@ -23,10 +23,16 @@ import re
 from typing import Iterable, Iterator
 
 import numpy as np
+import rdkit
+import torch
 from rdkit import Chem, RDLogger
 from rdkit.Chem import rdmolops
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+import dgl
+
+from ..utils.errors import DatasetNotFoundError
+from ..utils.progress import progress
 
 __all__ = [
     "skeleton_smiles",
@@ -93,9 +99,6 @@ def _skeleton(mol) -> tuple[str, int, np.ndarray, np.ndarray]:
 
 def _graph(num_nodes: int, u: np.ndarray, v: np.ndarray):
     """Bidirected featureless int64 DGLGraph with one edge pair per bond."""
-    import dgl
-    import torch
-
     src = torch.from_numpy(np.concatenate([u, v]))
     dst = torch.from_numpy(np.concatenate([v, u]))
     return dgl.graph((src, dst), num_nodes=num_nodes, idtype=torch.int64)
@@ -150,7 +153,6 @@ def smiles_to_skeleton(smiles: str):
 def _progress(it, enabled: bool, desc: str):
     if not enabled:
         return it
-    from ..utils.progress import progress
 
     return progress(it, desc=desc, unit="mol")
 
@@ -207,14 +209,12 @@ def unique_skeleton_graphs(smiles_iter: Iterable[str], min_nodes: int = 2, progr
 def embedded_smiles_path() -> str:
     """Path of the 4,999 NCI molecules bundled with RDKit (``rdkit/Data/NCI/first_5K.smi``)."""
     try:
-        from rdkit import RDConfig
+        from rdkit import RDConfig  # inside the try: RDConfig can fail to import (below)
 
         data_dir = RDConfig.RDDataDir
     except Exception:  # noqa: BLE001  (RDConfig can fail on exotic installs; fall back to the package)
         data_dir = None
     if not data_dir or not os.path.isdir(data_dir):
-        import rdkit
-
         data_dir = os.path.join(os.path.dirname(rdkit.__file__), "Data")
     return os.path.join(data_dir, "NCI", "first_5K.smi")
 
@@ -241,8 +241,6 @@ def read_smiles_file(path) -> list[str]:
     first line whose first column contains "smiles" (a header). Invalid SMILES are kept here; they are
     counted as invalid by :func:`unique_skeleton_graphs`.
     """
-    from ..utils.errors import DatasetNotFoundError
-
     if not os.path.isfile(path):
         raise DatasetNotFoundError(f"SMILES file not found: {path}")
     with open(path, encoding="utf-8", errors="replace") as fh:

@@ -42,6 +42,8 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND/OUTDATED_IGNORE before dgl/ogb are imported)
+import dgl
+
 from ._io import DatasetFormatError, bidirected_graph, find_dir, graph_from_edges, not_found, read_csv_array
 from .cache import fingerprint_of, load_graphs_cached, save_graphs_cached
 from .dataset import GraphDataset
@@ -59,7 +61,7 @@ _METRICS = {"rocauc": "rocauc", "ap": "ap", "acc": "accuracy", "rmse": "rmse", "
 @functools.lru_cache(maxsize=None)
 def _master(kind: str) -> dict:
     """``{name: {field: value}}`` from ogb's ``<kind>/master.csv`` (kind: graphproppred / nodeproppred)."""
-    import pandas as pd
+    import pandas as pd  # pandas: a heavy import, for OGB's csv files only
 
     spec = importlib.util.find_spec("ogb")  # locate without importing ogb
     if spec is None or spec.origin is None:
@@ -182,8 +184,6 @@ def _labels(path: Path, task_type: str) -> torch.Tensor:
 
 
 def _load_processed(folder: Path) -> tuple[list, torch.Tensor]:
-    import dgl
-
     graphs, label_dict = dgl.load_graphs(str(folder / "processed" / "dgl_data_processed"))
     return graphs, label_dict["labels"]
 
@@ -264,7 +264,7 @@ def load_ogb_graph_dataset(name: str, root, *, split: str | None = None, cache: 
 
 
 def _read_smiles(folder: Path, name: str, num_graphs: int) -> list[str]:
-    import pandas as pd
+    import pandas as pd  # pandas: a heavy import, for OGB's csv files only
 
     path = folder / "mapping" / "mol.csv.gz"
     if not path.is_file():

@@ -81,7 +81,7 @@ def load_pcqm4mv2(root, variant: str = "subset", cache: bool = True, limit: int 
     limit : int, optional
         Keep only the first ``limit`` molecules of each split (quick experiments); not cached.
     """
-    import pandas as pd
+    import pandas as pd  # pandas: a heavy import, for OGB's csv files only
 
     root = Path(root)
     folder = find_dir([root / "pcqm4m-v2"], ["raw/data.csv.gz", "split_dict.pt"])

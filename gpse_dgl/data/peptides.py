@@ -74,7 +74,7 @@ def _from_pt(folder: Path):
 
 
 def _from_csv(folder: Path, csv_name: str, split_name: str, task_type: str, cache: bool):
-    import pandas as pd
+    import pandas as pd  # pandas: a heavy import, for OGB's csv files only
 
     csv_path = folder / "raw" / csv_name
     split_raw = safe_pickle_load(folder / split_name)

@@ -48,6 +48,9 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+from .cache import cached_labels, file_sha256, fingerprint_of, load_graphs_cached, save_graphs_cached
+from .dataset import GraphDataset
+from .registry import default_root
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +72,7 @@ _CACHE_VERSION = 1
 
 def rdkit_package_dir() -> Path:
     """Directory of the installed ``rdkit`` package (its ``Data/`` and ``Contrib/`` are searched too)."""
-    import rdkit
+    import rdkit  # rdkit: a heavy import, for molecules only
 
     return Path(rdkit.__file__).resolve().parent
 
@@ -116,7 +119,7 @@ def _rows(path: Path) -> list[list[str]]:
 
 
 def _parses(text: str) -> bool:
-    from rdkit import Chem
+    from rdkit import Chem  # rdkit: a heavy import, for molecules only
 
     mol = Chem.MolFromSmiles(text) if text else None
     return mol is not None and mol.GetNumAtoms() > 0
@@ -134,7 +137,7 @@ def _smiles_column(rows: list[list[str]]) -> tuple[int | None, int, str]:
     A header cell naming SMILES picks the column; otherwise the first column that parses. Either way
     the column must pass :func:`_is_smiles_column` on a sample (a README mentioning "SMILES" does not).
     """
-    from .molecules import _quiet_rdkit
+    from .molecules import _quiet_rdkit  # rdkit (through .molecules): a heavy import
 
     header = [c.lower() for c in rows[0]]
     named = [i for i, c in enumerate(header) if "smiles" in c]
@@ -155,9 +158,9 @@ def _smiles_column(rows: list[list[str]]) -> tuple[int | None, int, str]:
 
 def _record_smiles(path: Path) -> list[str]:
     """SMILES of each record of an SD or MOL file ("" for a record RDKit cannot parse)."""
-    from rdkit import Chem
+    from rdkit import Chem  # rdkit: a heavy import, for molecules only
 
-    from .molecules import _quiet_rdkit
+    from .molecules import _quiet_rdkit  # rdkit (through .molecules): a heavy import
 
     raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
     with raw, _quiet_rdkit():
@@ -225,7 +228,7 @@ def scan_rdkit_molecules(files: Iterable[Path] | None = None, progress: bool = F
     sorted order), their canonical skeleton SMILES, and a JSON-able report (per file: molecules read
     or why skipped; totals as in :func:`~gpse_dgl.data.molecules.unique_skeleton_graphs`; seconds).
     """
-    from .molecules import unique_skeleton_graphs
+    from .molecules import unique_skeleton_graphs  # rdkit (through .molecules): a heavy import
 
     started = time.perf_counter()
     root = rdkit_package_dir()
@@ -246,9 +249,7 @@ def scan_rdkit_molecules(files: Iterable[Path] | None = None, progress: bool = F
 
 
 def _fingerprint(files: Sequence[Path]) -> dict:
-    import rdkit
-
-    from .cache import file_sha256, fingerprint_of
+    import rdkit  # rdkit: a heavy import, for molecules only
 
     here = Path(__file__).resolve().parent
     code = [file_sha256(here / name) for name in ("rdkit_corpus.py", "molecules.py")]
@@ -261,8 +262,6 @@ def _json_tensor(value) -> torch.Tensor:
 
 def _scan_cached(root: Path, cache: bool, progress: bool):
     """``(graphs, hashes (uint64 numpy), report)`` from the cache, or scanned and cached."""
-    from .cache import load_graphs_cached, save_graphs_cached
-
     files = find_molecule_files()
     path = root / DATASET_NAME / "skeletons.bin"
     fingerprint = _fingerprint(files)
@@ -294,8 +293,6 @@ def load_rdkit_molecules(root, cache: bool = True, progress: bool = False):
     progress : bool
         Progress bar while converting molecules.
     """
-    from .dataset import GraphDataset
-
     graphs, hashes, report = _scan_cached(Path(root), cache, progress)
     codes = _codes_of_hashes(hashes, SPLIT_FRACTIONS)
     splits = {name: torch.nonzero(codes == code).flatten() for code, name in enumerate(("train", "val", "test"))}
@@ -312,9 +309,6 @@ def corpus_summary(root=None) -> str:
     Read from the cache's labels alone (milliseconds); before the first use has scanned the package, the
     line says so instead of scanning (which reads every molecule file of the package).
     """
-    from .cache import cached_labels
-    from .registry import default_root
-
     path = Path(default_root() if root is None else root) / DATASET_NAME / "skeletons.bin"
     labels = cached_labels(path, _fingerprint(find_molecule_files()))
     if labels is None:

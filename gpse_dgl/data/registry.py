@@ -37,7 +37,7 @@ from typing import Callable
 
 from ..utils.errors import GPSEError
 from ..utils.text import did_you_mean
-from .dataset import GraphDataset
+from .dataset import GraphDataset, random_split
 
 __all__ = ["load_dataset", "available_datasets", "register_dataset", "dataset_description", "default_root",
            "UnknownDatasetError", "DATA_ENV"]
@@ -149,11 +149,10 @@ def load_dataset(name: str, root=None, **kwargs) -> GraphDataset:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Built-in loaders. Imports happen inside the loaders so importing the registry stays cheap (no rdkit,
-# pandas or ogb until a dataset that needs them is loaded).
+# Built-in loaders. Imports happen inside the loaders so importing the registry stays cheap (no dgl, rdkit,
+# pandas or ogb until a dataset that needs them is loaded): recipe validation lists the names without them.
 
 def _embedded_molecules(root, progress: bool = False, seed: int = 0) -> GraphDataset:
-    from .dataset import random_split
     from .molecules import embedded_smiles_path, load_embedded_molecules
 
     graphs = load_embedded_molecules(progress=progress)

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..utils.graph import simple_edges
+
 __all__ = ["EDIT_KINDS", "RING_SIZES", "MAX_NEW_ATOMS", "ring_bond_mask", "edit_skeleton"]
 
 EDIT_KINDS = ("grow", "shrink", "attach", "fuse")
@@ -158,8 +160,6 @@ def edit_skeleton(num_nodes: int, u: np.ndarray, v: np.ndarray, rng: np.random.G
 
 
 def _finish(num_nodes: int, edges: list) -> tuple[int, np.ndarray, np.ndarray]:
-    from ..utils.graph import simple_edges
-
     pairs = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     u, v = simple_edges(pairs[:, 0], pairs[:, 1], num_nodes)
     return num_nodes, u, v

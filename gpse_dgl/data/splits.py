@@ -55,7 +55,7 @@ def make_split(kind: str, num_items: int, seed: int = 0, smiles: Sequence[str] |
 
 
 def _scaffold(smiles: str) -> str:
-    from rdkit import Chem
+    from rdkit import Chem  # rdkit: a heavy import, for molecules only
     from rdkit.Chem.Scaffolds import MurckoScaffold
 
     mol = Chem.MolFromSmiles(smiles)

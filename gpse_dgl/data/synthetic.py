@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
-from ..utils.graph import simple_edges
-from .dataset import GraphDataset
+import dgl
+
+from ..utils.graph import simple_edges, undirected_graph
+from .dataset import GraphDataset, random_split
 
 __all__ = [
     "CSL_SKIPS", "CSL_NUM_NODES", "csl_graph", "csl_dataset", "stratified_kfold", "WL_PAIRS", "wl_pair_graphs",
@@ -32,19 +34,6 @@ CSL_SKIPS = (2, 3, 4, 5, 6, 9, 11, 12, 13, 16)  # skip lengths of benchmarking-g
 #: (num_nodes, num_edges as stored) of ogbn-arxiv (directed) and ogbn-proteins (undirected edge list).
 ARXIV_SIZE = (169_343, 1_166_243)
 PROTEINS_SIZE = (132_534, 39_561_252)
-
-
-def undirected_graph(num_nodes: int, u, v, ndata: dict | None = None):
-    """Bidirected simple DGLGraph from undirected edges (duplicates / self-loops / direction dropped)."""
-    import dgl
-
-    su, sv = simple_edges(u, v, num_nodes)
-    src = torch.from_numpy(np.concatenate([su, sv]))
-    dst = torch.from_numpy(np.concatenate([sv, su]))
-    g = dgl.graph((src, dst), num_nodes=int(num_nodes))
-    for k, val in (ndata or {}).items():
-        g.ndata[k] = torch.as_tensor(val)
-    return g
 
 
 def _permuted(num_nodes: int, u: np.ndarray, v: np.ndarray, rng: np.random.Generator):
@@ -348,8 +337,6 @@ def random_graph(num_nodes: int, num_edges: int, seed: int = 0, directed: bool =
         False: both directions stored (``2 * num_edges`` DGL edges). True: each edge stored once with a
         random orientation, like ogbn-arxiv's citation edges (PSE/GPSE code symmetrises).
     """
-    import dgl
-
     rng = np.random.default_rng(seed)
     u, v = _sample_distinct_pairs(num_nodes, num_edges, rng)
     if directed:
@@ -369,8 +356,6 @@ def synthetic_node_dataset(name: str, num_nodes: int, num_edges: int, *, directe
     ``(N,)`` int64 in ``range(num_classes)`` (metric accuracy), otherwise ``(N, num_tasks)`` float32 0/1
     (binary, metric rocauc). Splits are a seeded random partition with the given fractions.
     """
-    from .dataset import random_split
-
     g = random_graph(num_nodes, num_edges, seed=seed, directed=directed)
     gen = torch.Generator().manual_seed(seed)
     if num_feat:

@@ -109,7 +109,7 @@ def read_molecule_table(path, smiles_column: str | None = None) -> MoleculeTable
         return _read_sdf(path)
     if lower.endswith(TABLE_SUFFIXES) or smiles_column is not None:
         return _read_csv(path, smiles_column)
-    from .molecules import read_smiles_file
+    from .molecules import read_smiles_file  # rdkit (through .molecules): a heavy import
 
     return MoleculeTable(path, list(read_smiles_file(path)))
 
@@ -146,9 +146,9 @@ def _read_csv(path: str, smiles_column: str | None) -> MoleculeTable:
 
 
 def _read_sdf(path: str) -> MoleculeTable:
-    from rdkit import Chem
+    from rdkit import Chem  # rdkit: a heavy import, for molecules only
 
-    from .molecules import _quiet_rdkit
+    from .molecules import _quiet_rdkit  # rdkit (through .molecules): a heavy import
 
     opener = gzip.open if path.lower().endswith(".gz") else open
     smiles, properties = [], []
@@ -175,7 +175,7 @@ def skeleton_table(path, smiles_column: str | None = None) -> tuple[list, dict[s
     invalid : list of int
         Records (0-based, as ``smiles_index``) whose SMILES RDKit could not read.
     """
-    from .molecules import smiles_to_skeleton
+    from .molecules import smiles_to_skeleton  # rdkit (through .molecules): a heavy import
 
     table = read_molecule_table(path, smiles_column)
     graphs, kept, invalid = [], [], []

@@ -37,10 +37,13 @@ from typing import Sequence
 import torch
 
 from .. import _env  # noqa: F401
+import dgl
+
 from ..utils.errors import DatasetNotFoundError, GPSEError
-from ._io import DatasetFormatError
+from ._io import DatasetFormatError, ogb_smiles_graph
 from .dataset import GraphDataset
 from .splits import make_split, parse_split
+from .tables import read_molecule_table
 
 __all__ = ["TASKS", "USER_DATA_NAMES", "labelled_dataset", "infer_task_type", "feature_kinds",
            "load_csv_dataset", "load_dgl_bin_dataset", "recipe_data_options"]
@@ -146,9 +149,7 @@ def load_csv_dataset(root=None, path=None, smiles_column: str | None = None,
                      target_columns: Sequence[str] | None = None, task: str = "auto", split: str = "random",
                      split_seed: int = 0) -> GraphDataset:
     """``data.name: csv``: molecules of a table file with targets from its columns (module docstring)."""
-    from ._io import ogb_smiles_graph
-    from .molecules import _quiet_rdkit
-    from .tables import read_molecule_table
+    from .molecules import _quiet_rdkit  # rdkit (through .molecules): a heavy import
 
     table = read_molecule_table(_require_file(path, "molecule table"), smiles_column)
     kind, split_column = parse_split(split)
@@ -198,8 +199,6 @@ def _target_keys(labels: dict, target_columns, path: Path, skip: str | None) -> 
 def load_dgl_bin_dataset(root=None, path=None, target_columns: Sequence[str] | None = None, task: str = "auto",
                          split: str = "random", split_seed: int = 0, **_) -> GraphDataset:
     """``data.name: dgl-bin``: graphs of a ``dgl.save_graphs`` file, targets from its labels dict."""
-    import dgl
-
     path = _require_file(path, "DGL binary file")
     try:
         graphs, labels = dgl.load_graphs(str(path))

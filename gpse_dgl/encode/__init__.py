@@ -8,8 +8,8 @@ Modules:
   (neighbour-sampled approximation).
 * :mod:`.transform` - :class:`AddGPSE` (a DGL transform ``g -> g``) and :func:`precompute_gpse` (a whole
   dataset in batches, optionally cached).
-* :mod:`.large_graph` - layer-wise and sampled inference on tensors; :mod:`.functional` - the encoder
-  as tensors; :mod:`.graphs` - simple undirected views and per-draw seeds.
+* :mod:`.large_graph` - layer-wise and sampled inference (their own loops over node chunks and sampled
+  blocks, running the encoder's stages); :mod:`.graphs` - simple undirected views and per-draw seeds.
 
 Example
 -------

@@ -30,7 +30,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tqdm.auto import tqdm
+
+from ..data.cache import file_sha256
 from ..utils.errors import CheckpointError, GPSEError
+from .loading import load_gpse
 from .models import ModelSpec, get_model, model_path
 
 __all__ = ["ModelDownloadError", "fetch_model", "verify_model_file"]
@@ -47,9 +51,6 @@ class ModelDownloadError(GPSEError):
 
 def verify_model_file(path: Path, spec: ModelSpec) -> None:
     """Raise :class:`ModelDownloadError` unless ``path`` is a copy of ``spec`` (size, checksum, content)."""
-    from ..data.cache import file_sha256
-    from .loading import load_gpse
-
     size = path.stat().st_size
     if spec.size_bytes is not None and size != spec.size_bytes:
         raise ModelDownloadError(f"{spec.name}: got {size:,} bytes, expected {spec.size_bytes:,} (truncated or "
@@ -71,7 +72,6 @@ def _progress(total: int | None, name: str, enabled: bool | None):
     enabled = sys.stderr.isatty() if enabled is None else enabled
     if not enabled:
         return None
-    from tqdm.auto import tqdm
 
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=name, leave=False)
 

@@ -46,8 +46,9 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..nn.random_features import random_node_features
 from ..utils.precision import autocast, resolve_precision
-from .functional import EncoderWeights
+from ..utils.progress import progress as progress_bar
 from .graphs import as_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
 
@@ -107,8 +108,6 @@ def _check_x(x: torch.Tensor, g: dgl.DGLGraph, dim_in: int, samples: int) -> Non
 
 def _draws(encoder, g, x, seed, samples, device):
     """Input features of each of the ``samples`` draws, on ``device``."""
-    from ..nn.random_features import random_node_features
-
     if x is not None:
         yield x.to(device=device, dtype=torch.float32)
         return
@@ -119,7 +118,7 @@ def _draws(encoder, g, x, seed, samples, device):
 
 @contextlib.contextmanager
 def _large_graph_inference(model, g, x, seed, samples, device, undirected, precision):
-    """Shared setup of :func:`encode_large` and :func:`encode_sampled`: yields ``(encoder weights on the
+    """Shared setup of :func:`encode_large` and :func:`encode_sampled`: yields ``(the encoder on the
     device, the prepared graph, the input-feature draws)`` with the model in inference mode."""
     device = torch.device(device) if device is not None else _model_device(model)
     resolve_precision(precision, device)
@@ -127,8 +126,7 @@ def _large_graph_inference(model, g, x, seed, samples, device, undirected, preci
         if x is not None:
             _check_x(x, g, encoder.dim_in, samples)
         prepared = _prepare(g, undirected)
-        weights = EncoderWeights.from_model(encoder).to(device)
-        yield weights, prepared, _draws(encoder, prepared, x, seed, samples, device)
+        yield encoder, prepared, _draws(encoder, prepared, x, seed, samples, device)
 
 
 def _average(encodings) -> torch.Tensor:
@@ -143,8 +141,7 @@ def _forward(encoder, g, x, device, max_forward_bytes, chunk_edges, progress) ->
     """One exact forward: the module's own, or layer by layer when it would need too much memory."""
     if forward_bytes(g, encoder.dim_hidden, device) <= max_forward_bytes:
         return encoder(g, x)
-    weights = EncoderWeights.from_model(encoder).to(device)
-    return layerwise_forward(weights, g, x, chunk_edges=chunk_edges, progress=progress)
+    return layerwise_forward(encoder, g, x, chunk_edges=chunk_edges, progress=progress)
 
 
 def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0, samples: int = 1,
@@ -235,8 +232,8 @@ def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: in
     torch.Size([500, 8])
     """
     with _large_graph_inference(model, g, x, seed, samples, device, undirected, precision) as (
-            weights, prepared, draws):
-        return _average(layerwise_forward(weights, prepared, xk, chunk_edges=chunk_edges, progress=progress,
+            encoder, prepared, draws):
+        return _average(layerwise_forward(encoder, prepared, xk, chunk_edges=chunk_edges, progress=progress,
                                           shard=shard).cpu()
                         for xk in draws)
 
@@ -266,9 +263,9 @@ def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: 
     torch.Size([300, 8])
     """
     with _large_graph_inference(model, g, x, seed, samples, device, undirected, precision) as (
-            weights, prepared, draws):
+            encoder, prepared, draws):
         return _average(
-            sampled_forward(weights, prepared, xk, fanouts=fanouts, batch_size=batch_size,
+            sampled_forward(encoder, prepared, xk, fanouts=fanouts, batch_size=batch_size,
                             seed=None if seed is None else sample_seed(seed, k), nodes=nodes,
                             progress=progress).cpu()
             for k, xk in enumerate(draws))
@@ -380,9 +377,8 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
 def _bar(total: int, enabled: bool):
     if not enabled:
         return None
-    from ..utils.progress import progress
 
-    return progress(total=total, desc="GPSE encoding", unit="graph")
+    return progress_bar(total=total, desc="GPSE encoding", unit="graph")
 
 
 def _advance(bar, members) -> None:

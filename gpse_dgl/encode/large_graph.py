@@ -1,8 +1,13 @@
 """GPSE inference on large graphs: exact layer-wise full-graph inference and neighbour-sampled inference.
 
-Both take an :class:`~gpse_dgl.encode.functional.EncoderWeights` and a (batched) graph *without* virtual
+Both take a :class:`~gpse_dgl.nn.gpse.GPSE` encoder in eval mode and a (batched) graph *without* virtual
 nodes; the virtual node of each member graph (``docs/PSE.md``, "Model") is added here as node
-``N + b`` joined to every node of member ``b`` in both directions.
+``N + b`` joined to every node of member ``b`` in both directions. They run the encoder's own stages
+(:meth:`~gpse_dgl.nn.gpse.GPSE.input_stage`, :meth:`~gpse_dgl.nn.gpse.GPSE.residual_update`,
+:meth:`~gpse_dgl.nn.gpse.GPSE.output_stage`) and the convolution's
+:meth:`~gpse_dgl.nn.gated_conv.ResGatedConv.source_projections` /
+:meth:`~gpse_dgl.nn.gated_conv.ResGatedConv.destination_projections` with
+:func:`~gpse_dgl.nn.ops.gated_sum`; only the loop over nodes is theirs.
 
 Exact layer-wise inference (:func:`layerwise_forward`)
     Layer ``l`` is computed for every node before layer ``l + 1`` starts, so only the current state
@@ -33,29 +38,31 @@ Neighbour-sampled inference (:func:`sampled_forward`)
 Example
 -------
 >>> import dgl, torch
->>> from gpse_dgl.encode.functional import EncoderWeights
 >>> from gpse_dgl.encode.large_graph import layerwise_forward
->>> w = EncoderWeights.random(dim_in=4, dim=8, num_layers=3)
+>>> from gpse_dgl.nn.gpse import GPSE
+>>> encoder = GPSE(dim_in=4, dim_hidden=8, num_layers=3).eval()
 >>> g = dgl.graph(([0, 1, 1, 2], [1, 0, 2, 1]))
->>> layerwise_forward(w, g, torch.randn(3, 4), chunk_edges=2).shape
+>>> layerwise_forward(encoder, g, torch.randn(3, 4), chunk_edges=2).shape
 torch.Size([3, 8])
 """
 from __future__ import annotations
 
 import contextlib
-
-from dataclasses import dataclass
-
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from .. import _env  # noqa: F401
 import dgl
 
+from ..nn.gpse import GPSE
+from ..nn.ops import gated_sum
+from ..utils.distributed import current, shard_range
 from ..utils.precision import to_accumulation
-from .functional import EncoderWeights, gated_conv, layer_update
+from ..utils.progress import progress as progress_bar
 
 __all__ = ["DEFAULT_CHUNK_EDGES", "DEFAULT_FANOUTS", "virtual_node_edges", "layerwise_forward",
            "expand_fanouts", "sampled_forward"]
@@ -126,25 +133,23 @@ def _plan_chunks(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edg
 
 
 def _progress(iterable, enabled: bool, **kwargs):
-    from ..utils.progress import progress
-
-    return progress(iterable, enabled=enabled, **kwargs)
+    return progress_bar(iterable, enabled=enabled, **kwargs)
 
 
 @torch.no_grad()
-def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
+def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
                       chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: bool = False,
                       shard: bool = False) -> torch.Tensor:
     """Exact GPSE encodings of every node of ``g``, one layer at a time over destination-node chunks.
 
     Parameters
     ----------
-    weights : EncoderWeights
-        Encoder tensors, on the device to compute on.
+    encoder : GPSE
+        The encoder in eval mode, on the device to compute on.
     g : DGLGraph
         Graph or batched graph without virtual nodes (kept on the CPU).
     x : Tensor
-        ``(g.num_nodes(), weights.dim_in)`` random input features, on the compute device.
+        ``(g.num_nodes(), encoder.dim_in)`` random input features, on the compute device.
     chunk_edges : int
         Most in-edges per destination chunk (on non-CPU devices also the most gates held at once,
         ``chunk_edges x d`` floats).
@@ -158,40 +163,50 @@ def layerwise_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
 
     Returns
     -------
-    Tensor of shape ``(g.num_nodes(), weights.dim)`` on ``x``'s device.
+    Tensor of shape ``(g.num_nodes(), encoder.dim_hidden)`` on ``x``'s device.
     """
     if chunk_edges < 1:
         raise ValueError(f"chunk_edges must be >= 1, got {chunk_edges}")
+    _check_eval(encoder)
     n = g.num_nodes()
-    src, dst, total = virtual_node_edges(g, weights.virtual_node)
+    src, dst, total = virtual_node_edges(g, encoder.virtual_node)
     chunks = _plan_chunks(src, dst, total, chunk_edges)
     del src, dst
     mine = _my_chunks(chunks) if shard else chunks
     x_all = torch.cat([x, x.new_zeros(total - n, x.shape[1])])  # virtual nodes have zero input
-    h = x.new_empty(total, weights.dim)
+    h = x.new_empty(total, encoder.dim_hidden)
     for chunk in chunks:
-        h[chunk.start:chunk.stop] = weights.pre_layer(x_all[chunk.start:chunk.stop])
+        h[chunk.start:chunk.stop] = encoder.input_stage(x_all[chunk.start:chunk.stop])
     del x_all
-    for layer in _progress(weights.layers, progress, desc="GPSE layers", unit="layer", leave=False):
-        query, value = layer.source_projections(h)
+    layers = _progress(list(enumerate(encoder.convs)), progress, desc="GPSE layers", unit="layer", leave=False)
+    for layer, conv in layers:
+        query, value = conv.source_projections(h)
         for chunk in mine:
             h_dst = h[chunk.start:chunk.stop]
-            key, skip = layer.destination_projections(h_dst)
-            conv = to_accumulation(skip)  # float32 sum when the products ran in bf16/fp16 (autocast)
+            key, skip = conv.destination_projections(h_dst)
+            out = to_accumulation(skip)  # float32 sum when the products ran in bf16/fp16 (autocast)
             for block in chunk.blocks:
-                conv = conv.add_(gated_conv(block, query, value, key))
+                out = out.add_(gated_sum(block, key, query, value))
             # Sources of later chunks read query/value computed above, so h can be updated in place.
-            layer_update(h_dst, conv, layer.norm)
+            encoder.residual_update(layer, h_dst, _with_bias(out, conv))
         del query, value
         if mine is not chunks:
             _exchange_rows(h, chunks)
-    return weights.finish(h[:n])
+    return encoder.output_stage(h[:n])
+
+
+def _check_eval(encoder) -> None:
+    if encoder.training:
+        raise ValueError("layer-wise and sampled inference need the encoder in eval mode (call .eval())")
+
+
+def _with_bias(out: torch.Tensor, conv) -> torch.Tensor:
+    """The convolution's output bias added after the aggregation, as :class:`ResGatedConv` does."""
+    return out if conv.bias is None else out.add_(conv.bias)
 
 
 def _rank_node_ranges(chunks: list) -> list:
     """``[start, stop)`` node rows each rank updates: contiguous runs of chunks, equal in number."""
-    from ..utils.distributed import current, shard_range
-
     ctx = current()
     ranges = []
     for rank in range(ctx.world_size):
@@ -201,8 +216,6 @@ def _rank_node_ranges(chunks: list) -> list:
 
 
 def _my_chunks(chunks: list) -> list:
-    from ..utils.distributed import current, shard_range
-
     ctx = current()
     first, last = shard_range(len(chunks), ctx.rank, ctx.world_size)
     return chunks[first:last]
@@ -210,8 +223,6 @@ def _my_chunks(chunks: list) -> list:
 
 def _exchange_rows(h: torch.Tensor, chunks: list) -> None:
     """Give every rank the rows of ``h`` the other ranks updated (one all-gather per layer)."""
-    import torch.distributed as dist
-
     ranges = _rank_node_ranges(chunks)
     width = max(stop - start for start, stop in ranges)
     pieces = [h.new_empty(width, h.shape[1]) for _ in ranges]
@@ -238,19 +249,19 @@ def expand_fanouts(fanouts, num_layers: int) -> list:
 
 
 @torch.no_grad()
-def sampled_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
+def sampled_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
                     fanouts=DEFAULT_FANOUTS, batch_size: int | None = None, seed: int | None = 0,
                     nodes: torch.Tensor | None = None, progress: bool = False) -> torch.Tensor:
     """Approximate GPSE encodings from neighbour-sampled computation graphs (see the module docstring).
 
     Parameters
     ----------
-    weights : EncoderWeights
-        Encoder tensors, on the device to compute on.
+    encoder : GPSE
+        The encoder in eval mode, on the device to compute on.
     g : DGLGraph
         Graph or batched graph without virtual nodes (kept on the CPU).
     x : Tensor
-        ``(g.num_nodes(), weights.dim_in)`` random input features, on the compute device.
+        ``(g.num_nodes(), encoder.dim_in)`` random input features, on the compute device.
     fanouts : sequence of int
         In-neighbours sampled per node, nearest hop (last layer) first, last value repeated for the
         remaining layers; ``-1`` takes all neighbours.
@@ -265,9 +276,10 @@ def sampled_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
 
     Returns
     -------
-    Tensor of shape ``(len(nodes), weights.dim)`` (default ``(g.num_nodes(), weights.dim)``) on ``x``'s
-    device, rows in the order of ``nodes``.
+    Tensor of shape ``(len(nodes), encoder.dim_hidden)`` (default ``(g.num_nodes(), encoder.dim_hidden)``)
+    on ``x``'s device, rows in the order of ``nodes``.
     """
+    _check_eval(encoder)
     n = g.num_nodes()
     nodes = torch.arange(n) if nodes is None else torch.as_tensor(nodes, dtype=torch.int64).cpu()
     if nodes.numel() and (int(nodes.min()) < 0 or int(nodes.max()) >= n):
@@ -277,10 +289,10 @@ def sampled_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
     batch_size = max(1, len(nodes)) if batch_size is None else int(batch_size)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    src, dst, total = virtual_node_edges(g, weights.virtual_node)
+    src, dst, total = virtual_node_edges(g, encoder.virtual_node)
     graph = dgl.graph((src, dst), num_nodes=total)
     del src, dst
-    hops = expand_fanouts(fanouts, len(weights.layers))
+    hops = expand_fanouts(fanouts, encoder.num_layers)
     # DGL lists fan-outs from the input layer to the output layer: the reverse of hop order.
     sampler = dgl.dataloading.MultiLayerNeighborSampler(list(reversed(hops)))
     if seed is not None:
@@ -288,7 +300,7 @@ def sampled_forward(weights: EncoderWeights, g: dgl.DGLGraph, x: torch.Tensor,
     loader = dgl.dataloading.DataLoader(graph, nodes, sampler, batch_size=batch_size, shuffle=False,
                                         drop_last=False)
     with _single_threaded_sampling(seed is not None):
-        return _sampled_batches(weights, loader, x, total, n, nodes, progress)
+        return _sampled_batches(encoder, loader, x, total, n, nodes, progress)
 
 
 @contextlib.contextmanager
@@ -310,24 +322,24 @@ def _single_threaded_sampling(enabled: bool):
         dgl.utils.set_num_threads(previous)
 
 
-def _sampled_batches(weights, loader, x, total, n, nodes, progress):
+def _sampled_batches(encoder, loader, x, total, n, nodes, progress):
     x_all = torch.cat([x, x.new_zeros(total - n, x.shape[1])])
-    out = x.new_empty(len(nodes), weights.dim)
+    out = x.new_empty(len(nodes), encoder.dim_hidden)
     bar = _progress(None, progress, total=len(nodes), desc="GPSE sampled", unit="node", leave=False)
     start = 0
     with warnings.catch_warnings():
         # DGL suggests CPU-affinity tuning for worker processes; we sample in-process.
         warnings.filterwarnings("ignore", message=".*CPU affinity.*")
         for input_nodes, output_nodes, blocks in loader:
-            h = weights.pre_layer(x_all[input_nodes.to(x.device)])
-            for block, layer in zip(blocks, weights.layers):
+            h = encoder.input_stage(x_all[input_nodes.to(x.device)])
+            for layer, (block, conv) in enumerate(zip(blocks, encoder.convs)):
                 num_dst = block.num_dst_nodes()
-                query, value = layer.source_projections(h)
-                key, skip = layer.destination_projections(h[:num_dst])
-                conv = to_accumulation(skip).add_(gated_conv(block, query, value, key))
-                h = layer_update(h[:num_dst], conv, layer.norm)
+                query, value = conv.source_projections(h)
+                key, skip = conv.destination_projections(h[:num_dst])
+                conv_out = to_accumulation(skip).add_(gated_sum(block, key, query, value))
+                h = encoder.residual_update(layer, h[:num_dst], _with_bias(conv_out, conv))
             # shuffle=False: mini-batches are consecutive slices of ``nodes``
-            out[start:start + len(output_nodes)] = weights.finish(h)
+            out[start:start + len(output_nodes)] = encoder.output_stage(h)
             start += len(output_nodes)
             if progress:
                 bar.update(len(output_nodes))

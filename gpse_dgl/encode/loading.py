@@ -3,7 +3,7 @@
 Formats are recognised from the content, never from the file name:
 
 ``gpse-dgl``
-    What ``gpse-dgl pretrain`` writes (:mod:`gpse_dgl.train.checkpoint`): ``model_state`` (state dict of
+    What ``gpse-dgl pretrain`` writes (:mod:`gpse_dgl.utils.checkpoint`): ``model_state`` (state dict of
     :class:`~gpse_dgl.nn.gpse.GPSEForPretraining`, keys ``encoder.*`` / ``heads.*``, or of a bare
     :class:`~gpse_dgl.nn.gpse.GPSE`) and ``model_config`` (``GPSEForPretraining.to_config()`` or the flat
     encoder keyword arguments). ``state_dict`` / ``config`` are accepted as synonyms.
@@ -38,7 +38,11 @@ from pathlib import Path
 import torch
 
 from .. import _env  # noqa: F401
+from ..nn.gpse import GPSE
+from ..nn.pyg_compat import authors_config, load_authors_state_dict
+from ..utils.checkpoint import load_checkpoint
 from ..utils.errors import CheckpointError
+from .models import DEFAULT_MODEL, get_model, model_path, resolve_checkpoint
 
 __all__ = ["CheckpointInfo", "default_checkpoint_path", "checkpoint_format",
            "load_gpse", "describe_checkpoint"]
@@ -69,8 +73,6 @@ class CheckpointInfo:
 
 def default_checkpoint_path() -> Path:
     """Path of the default model (registered as ``models.DEFAULT_MODEL``; it may be absent in a checkout)."""
-    from .models import DEFAULT_MODEL, get_model, model_path
-
     return model_path(get_model(DEFAULT_MODEL))
 
 
@@ -137,8 +139,6 @@ def _check_state(path, state: dict, model: torch.nn.Module) -> None:
 
 
 def _ours(path, payload: dict, backend):
-    from ..nn.gpse import GPSE
-
     state, config = _state_and_config(payload)
     if any(k.startswith("encoder.") for k in state):
         state = {k[len("encoder."):]: v for k, v in state.items() if k.startswith("encoder.")}
@@ -152,9 +152,6 @@ def _ours(path, payload: dict, backend):
 
 
 def _authors(path, payload: dict, backend):
-    from ..nn.gpse import GPSE
-    from ..nn.pyg_compat import authors_config, load_authors_state_dict
-
     try:
         model = GPSE.from_config(authors_config(payload)["encoder"], backend=backend)
         state = load_authors_state_dict(payload, model=model)
@@ -208,10 +205,6 @@ def load_gpse(path: str | os.PathLike | None = None, device="cpu", backend: str 
     >>> model = load_gpse("gpse_model_molpcba_1.0.pt")        # doctest: +SKIP
     >>> model = load_gpse()            # the shipped quickstart model  # doctest: +SKIP
     """
-    from ..train.checkpoint import load_checkpoint
-
-    from .models import DEFAULT_MODEL, resolve_checkpoint
-
     default, spec = path is None, None
     if default:
         path = default_checkpoint_path()

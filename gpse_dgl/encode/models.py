@@ -31,12 +31,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..data.cache import CACHE_ENV, default_cache_dir
 from ..utils.errors import CheckpointError, GPSEError
 
 __all__ = ["ModelSpec", "UnknownModelError", "ModelNotFetchedError", "register_model", "available_models",
            "get_model", "models_dir", "model_path", "resolve_checkpoint", "DEFAULT_MODEL", "CACHE_ENV"]
 
-CACHE_ENV = "GPSE_DGL_CACHE"
 DEFAULT_MODEL = "quickstart"
 _ZENODO = "https://zenodo.org/record/8145095/files/"
 
@@ -115,8 +115,7 @@ def get_model(name: str) -> ModelSpec:
 
 def models_dir() -> Path:
     """Where fetched models live: ``$GPSE_DGL_CACHE/models``, else ``~/.cache/gpse-dgl/models``."""
-    root = os.environ.get(CACHE_ENV)
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "gpse-dgl") / "models"
+    return default_cache_dir() / "models"
 
 
 def model_path(spec: ModelSpec) -> Path:

@@ -31,6 +31,8 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+import torch
+import torch.distributed as dist
 
 from ..utils.distributed import DistributedError, current
 from .inference import MAX_FORWARD_BYTES, _encoder, _model_device, encode_dataset, encode_large, forward_bytes
@@ -93,9 +95,6 @@ def _layer_by_layer(model, graph, options: dict) -> bool:
 def _gather_on_main(mine: list, graphs: list, ranges: list, dim: int, ctx) -> list | None:
     """Every rank's encodings (one ``(n_i, dim)`` tensor per graph of its range) on rank 0, in graph
     order; one padded tensor per rank travels (a pickled list of tensors is many times slower)."""
-    import torch
-    import torch.distributed as dist
-
     sizes = [g.num_nodes() for g in graphs]
     rows = [sum(sizes[a:b]) for a, b in ranges]
     # nccl moves CUDA tensors only

@@ -41,8 +41,11 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..data.cache import (default_cache_dir, fingerprint_of, load_graphs_cached, save_graphs_cached,
+                          structure_digest)
 from ..utils.precision import PRECISIONS, select_precision
 from .inference import encode, encode_dataset
+from .loading import load_gpse
 
 __all__ = ["AddGPSE", "precompute_gpse", "resolve_model", "PRECISIONS"]
 
@@ -55,7 +58,6 @@ def resolve_model(model, device=None):
     """A GPSE module from a module, a checkpoint path or None (the shipped quickstart model)."""
     if isinstance(model, torch.nn.Module):
         return model if device is None else model.to(device)
-    from .loading import load_gpse
 
     return load_gpse(model, device=device or "cpu")
 
@@ -223,8 +225,6 @@ def model_digest(model) -> str:
 
 
 def _cache_location(graphs: Sequence, model, cache, name: str, **settings) -> tuple[Path, dict]:
-    from ..data.cache import default_cache_dir, fingerprint_of, structure_digest
-
     root = default_cache_dir() if cache is True else Path(os.fspath(cache)).expanduser()
     key = {"dataset": name, "model": model_digest(model), **settings}
     digest = hashlib.sha256(repr(sorted(key.items())).encode()).hexdigest()[:16]
@@ -235,8 +235,6 @@ def _cache_location(graphs: Sequence, model, cache, name: str, **settings) -> tu
 
 
 def _read_cache(path: Path, fingerprint: dict, graphs: Sequence) -> list | None:
-    from ..data.cache import load_graphs_cached
-
     hit = load_graphs_cached(path, fingerprint)
     if hit is None:
         return None
@@ -248,8 +246,6 @@ def _read_cache(path: Path, fingerprint: dict, graphs: Sequence) -> list | None:
 
 
 def _write_cache(path: Path, fingerprint: dict, encodings: Sequence[torch.Tensor]) -> bool:
-    from ..data.cache import save_graphs_cached
-
     counts = torch.tensor([len(e) for e in encodings], dtype=torch.long)
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
     holder = dgl.graph(([], []), num_nodes=int(offsets[-1]))

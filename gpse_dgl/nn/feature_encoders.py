@@ -30,14 +30,15 @@ import functools
 import torch
 from torch import nn
 
+from .. import _env  # noqa: F401  (keeps ogb's version check from starting a network thread)
+
 ENCODER_KINDS = ("atom", "bond", "type", "linear", "constant")
 
 
 @functools.lru_cache(maxsize=None)
 def ogb_feature_dims() -> tuple[tuple[int, ...], tuple[int, ...]]:
     """``(atom_dims, bond_dims)``: vocabulary size of each of OGB's 9 atom and 3 bond features."""
-    from .. import _env  # noqa: F401  (keeps ogb's version check from starting a network thread)
-    from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims
+    from ogb.utils.features import get_atom_feature_dims, get_bond_feature_dims  # ogb: heavy, only for OGB data
 
     return tuple(get_atom_feature_dims()), tuple(get_bond_feature_dims())
 

@@ -114,18 +114,33 @@ class ResGatedConv(nn.Module):
         b = kqv_bias[i * d:(i + 1) * d] if i < 3 else None
         return w, b
 
+    def source_projections(self, feat_src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(query, value)`` of nodes acting as message sources, each ``(n, out_feats)`` and contiguous.
+
+        With :meth:`destination_projections` and :func:`gpse_dgl.nn.ops.gated_sum` this is the layer
+        split by node role, for schedules that project sources and destinations separately (layer-wise
+        inference over node chunks, sampled blocks: :mod:`gpse_dgl.encode.large_graph`).
+        """
+        return self._linear(1, feat_src), self._linear(2, feat_src)
+
+    def destination_projections(self, feat_dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(key, skip)`` of nodes acting as message destinations (the output bias is not in ``skip``:
+        it is added after the aggregation)."""
+        return self._linear(0, feat_dst), self._linear(3, feat_dst)
+
+    def _linear(self, i: int, feat: torch.Tensor) -> torch.Tensor:
+        # One product per map (same arithmetic as one fused product) so that every part comes out
+        # contiguous: DGL's kernels would otherwise copy column slices of a fused output.
+        return F.linear(feat, *self._block(i))
+
     def _project(self, feat_src, feat_dst, workspace):
         """``(key, query, value, skip)``, each ``(n, out_feats)`` and contiguous."""
         if torch.is_grad_enabled() and (self.weight.requires_grad or self.kqv_bias.requires_grad
                                         or feat_src.requires_grad or feat_dst.requires_grad):
-            # Four products (same arithmetic as one fused product) so that key, query and value come
-            # out contiguous: DGL's kernels would otherwise copy column slices of a fused output.
-            wk, bk = self._block(0)
-            wq, bq = self._block(1)
-            wv, bv = self._block(2)
-            ws, _ = self._block(3)
-            return (F.linear(feat_dst, wk, bk), F.linear(feat_src, wq, bq), F.linear(feat_src, wv, bv),
-                    F.linear(feat_dst, ws))
+            # created in the order key, query, value, skip: that order fixes how autograd sums the
+            # gradients of the input (reproducible training)
+            return (self._linear(0, feat_dst), self._linear(1, feat_src), self._linear(2, feat_src),
+                    self._linear(3, feat_dst))
         # No autograd: write the four products into one (4, n, d) buffer (reused across layers by the
         # caller through ``workspace``) so every part is contiguous and no large tensor is allocated.
         # Autocast does not apply to ``out=`` products, so its dtype is applied here explicitly.

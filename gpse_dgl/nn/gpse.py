@@ -199,23 +199,43 @@ class GPSE(nn.Module):
         if info.num_virtual:
             x = torch.cat([x, x.new_zeros(info.num_virtual, self.dim_in)])
         grad = _wants_grad(x, *self.parameters())
+        h = self.input_stage(x)
+        # Without autograd the layers share one projection buffer (see ResGatedConv.forward).
+        workspace = (h.new_empty((4, h.shape[0], self.dim_hidden), dtype=product_dtype(h))
+                     if self.num_layers and not grad else None)
+        for layer, conv in enumerate(self.convs):
+            h = self.residual_update(layer, h, conv(aug, h, workspace=workspace))
+        return self.output_stage(h), info
 
+    # ------------------------------------------------------------------ stages
+    # The three stages of the formula in the class docstring. forward_all runs them over the whole
+    # graph; layer-wise and sampled inference (gpse_dgl.encode.large_graph) run the same methods over
+    # node chunks or sampled blocks, with ResGatedConv's projections for the convolution.
+    def input_stage(self, x: torch.Tensor) -> torch.Tensor:
+        r""":math:`h^{(0)}` of rows ``x`` (``(n, dim_in)``, zeros for virtual nodes): float32 under autocast."""
         h = to_accumulation(self.pre_linear(x))  # float32 BatchNorm and residual stream under autocast
         h = self.dropout(self.pre_norm(h))
-        h = F.normalize(F.relu(h), p=2.0, dim=1)
-        if grad:
-            for conv, norm in zip(self.convs, self.norms):
-                y = F.relu(self.dropout(norm(conv(aug, h))))
-                h = h + F.normalize(y, p=2.0, dim=1)
-            return F.normalize(h, p=2.0, dim=1), info
-        # No autograd: same operations, in place where possible, one shared projection buffer.
-        workspace = (h.new_empty((4, h.shape[0], self.dim_hidden), dtype=product_dtype(h))
-                     if self.num_layers else None)
-        for conv, norm in zip(self.convs, self.norms):
-            y = conv(aug, h, workspace=workspace)
-            y = self.dropout(_batch_norm_(y, norm)).relu_()
-            h.addcdiv_(y, torch.linalg.vector_norm(y, dim=1, keepdim=True).clamp_min_(1e-12))
-        return h.div_(torch.linalg.vector_norm(h, dim=1, keepdim=True).clamp_min_(1e-12)), info
+        return F.normalize(F.relu(h), p=2.0, dim=1)
+
+    def residual_update(self, layer: int, h: torch.Tensor, conv_out: torch.Tensor) -> torch.Tensor:
+        r""":math:`h + \mathrm{normalize}(\mathrm{ReLU}(\mathrm{Dropout}(\mathrm{BN}_l(c))))` for the output
+        ``conv_out`` of convolution ``layer`` on the rows ``h``.
+
+        Without autograd (nothing here or in the encoder requires gradients) the update is done in place:
+        ``h`` is updated and returned, ``conv_out`` is overwritten (so ``h`` may be a view of a larger state).
+        """
+        norm = self.norms[layer]
+        if _wants_grad(h, conv_out, *self.parameters()):
+            y = F.relu(self.dropout(norm(conv_out)))
+            return h + F.normalize(y, p=2.0, dim=1)
+        y = self.dropout(_batch_norm_(conv_out, norm)).relu_()
+        return h.addcdiv_(y, torch.linalg.vector_norm(y, dim=1, keepdim=True).clamp_min_(1e-12))
+
+    def output_stage(self, h: torch.Tensor) -> torch.Tensor:
+        """The final row normalisation (in place on ``h`` without autograd)."""
+        if _wants_grad(h, *self.parameters()):
+            return F.normalize(h, p=2.0, dim=1)
+        return h.div_(torch.linalg.vector_norm(h, dim=1, keepdim=True).clamp_min_(1e-12))
 
     def forward(self, graph: dgl.DGLGraph, x: torch.Tensor | None = None, *, seed: int | None = None,
                 graph_keys=None) -> torch.Tensor:

@@ -37,6 +37,7 @@ import torch
 
 from .. import _env  # noqa: F401
 import dgl
+from dgl.nn.functional import edge_softmax as _edge_softmax
 
 from ..utils.precision import accumulation_dtype, to_accumulation
 
@@ -179,8 +180,6 @@ def out_degrees(graph, device) -> torch.Tensor:
 def edge_softmax(graph, logits, backend=None):
     """Softmax of edge ``logits`` (``(E, ...)``) over the in-edges of each destination node."""
     if resolve_backend(backend, logits.device) == "dgl":
-        from dgl.nn.functional import edge_softmax as _edge_softmax
-
         return _dgl_kernel(_edge_softmax, graph, logits)
     logits = to_accumulation(logits)
     _, dst = edge_index(graph, logits.device)

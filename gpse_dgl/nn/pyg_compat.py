@@ -43,6 +43,7 @@ from typing import Any, Mapping
 import torch
 
 from ..utils.errors import CheckpointError
+from .gpse import GPSE, GPSEForPretraining
 
 __all__ = ["load_authors_state_dict", "to_authors_state_dict", "authors_config", "load_authors_model"]
 
@@ -207,8 +208,6 @@ def load_authors_state_dict(state: Mapping[str, Any], model: torch.nn.Module | N
             raise CheckpointError(f"unexpected tensor {key!r} in GPSE checkpoint")
 
     if model is not None:
-        from .gpse import GPSE
-
         if isinstance(model, GPSE):
             out = OrderedDict((key[len("encoder."):], v) for key, v in out.items() if key.startswith("encoder."))
         _check_against(out, model.state_dict())
@@ -320,8 +319,6 @@ def to_authors_state_dict(ours: Mapping[str, torch.Tensor], prefix: str = "model
 def load_authors_model(state: Mapping[str, Any], backend: str | None = None):
     """Build a :class:`GPSEForPretraining` (or a :class:`GPSE` if the state has no heads) in eval mode
     from an authors' checkpoint dict / PyG state dict."""
-    from .gpse import GPSE, GPSEForPretraining
-
     cfg = authors_config(state)
     sd = load_authors_state_dict(state)
     if cfg["heads"] is None:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 # torch >= 2.6 marks the autograd-aware collectives deprecated without a drop-in replacement that
@@ -37,8 +38,6 @@ __all__ = ["SyncBatchNorm1d", "convert_sync_batchnorm"]
 
 
 def _group_size() -> int:
-    import torch.distributed as dist
-
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
@@ -48,7 +47,7 @@ class SyncBatchNorm1d(nn.BatchNorm1d):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or _group_size() == 1:
             return super().forward(x)
-        from torch.distributed.nn.functional import all_reduce
+        from torch.distributed.nn.functional import all_reduce  # needs a torch built with distributed support
 
         total = all_reduce(torch.cat([x.sum(0), x.new_tensor([x.shape[0]])]))
         count = total[-1]

@@ -33,7 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 import torch
+from scipy.sparse.csgraph import connected_components
 
 #: Smallest singular value taken from the Gram problem (larger gaps to the eigenvalue-1 block than this).
 SIGMA_MIN = 1e-2
@@ -78,9 +80,6 @@ def bipartition(num_nodes: np.ndarray, u: np.ndarray, v: np.ndarray) -> Bipartit
     bipartite exactly when ``(i, 0)`` and ``(i, 1)`` of its nodes fall in different components of the
     cover, and then the cover component of ``(i, 0)`` is the colour of ``i``.
     """
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
-
     num_nodes = np.asarray(num_nodes, dtype=np.int64)
     total = int(num_nodes.sum())
     # rows u (sorted) then u + total (sorted): CSR without a sort; directed=False adds the reverse edges

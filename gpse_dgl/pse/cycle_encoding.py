@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import torch
 
+from .cycles import count_cycles
+
 LENGTHS = tuple(range(2, 9))
 DESCRIPTION = "numbers of simple cycles of length 2..8 (length 2 = edges; graph level)"
 
 
 def cycle_ge(collection, options=None) -> torch.Tensor:
     """CycleGE of every graph of an :class:`~gpse_dgl.pse.spectral.EdgeCollection`: ``(G, 7)``."""
-    from .cycles import count_cycles
-
     kwargs = {}
     if options and options.get("max_cycle_paths") is not None:
         kwargs["max_paths"] = options["max_cycle_paths"]

@@ -118,7 +118,7 @@ def ref_hkdiag_se(adj: np.ndarray, times=range(1, 21)) -> np.ndarray:
 
 def ref_cycle_ge(adj: np.ndarray, lengths=range(2, 9)) -> np.ndarray:
     """CycleGE ``(len(lengths),)``: number of simple cycles of each length; length 2 = number of edges."""
-    import networkx as nx
+    import networkx as nx  # networkx: only this reference check uses it
 
     lengths = list(lengths)
     g = nx.Graph()

@@ -6,7 +6,8 @@
   a package: data, models, runs, loop, evaluation, checkpoints, job).
 * :mod:`gpse_dgl.train.schedule` - the learning-rate schedule both loops use.
 * :mod:`gpse_dgl.train.metrics` - R^2 per target column, per PSE and overall (the paper's metric).
-* :mod:`gpse_dgl.train.checkpoint` - atomic, weights-only-loadable checkpoints.
+* :mod:`gpse_dgl.train.checkpoint` - atomic, weights-only-loadable checkpoints (:mod:`gpse_dgl.utils.checkpoint`,
+  which :mod:`gpse_dgl.encode` reads too).
 
 Submodules are imported on demand (``from gpse_dgl.train.pretrain import pretrain``), so importing
 this package stays cheap.

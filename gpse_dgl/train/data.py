@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from ..utils import distributed as dist_utils
-from ..data.cache import default_cache_dir, file_sha256
+from ..data.cache import code_digest, default_cache_dir, file_sha256, json_digest
+from ..pse.targets import NODE_TARGET_KEY
 from .graph_collection import GraphCollection
 from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, _ogb_folder, _skeleton_key, _subset_and_split,
                             add_skeleton_edits, load_source_graphs, unique_structures)
@@ -45,7 +46,6 @@ __all__ = ["GraphCollection", "PretrainingData", "build_pretraining_data", "stan
            "describe_sizes", "split_sizes", "NODE_TARGET_KEY", "CACHE_FORMAT_VERSION", "SPLIT_NAMES",
            "HASH_SPLIT_SOURCES"]
 
-NODE_TARGET_KEY = "gpse_node_target"
 CACHE_FORMAT_VERSION = 1
 
 
@@ -174,7 +174,7 @@ def _cache_location(data_recipe: dict) -> tuple[Path, str]:
     changed source data or PSE code is overwritten in place instead of piling up next to the new one."""
     root = Path(data_recipe["cache_dir"]) if data_recipe["cache_dir"] else default_cache_dir()
     safe_source = "".join(c if c.isalnum() or c in "-_" else "_" for c in data_recipe["source"])
-    name = f"{safe_source}-{_digest(_data_settings(data_recipe))[:16]}.bin"
+    name = f"{safe_source}-{json_digest(_data_settings(data_recipe))[:16]}.bin"
     return root / "pretrain_targets" / name, data_fingerprint(data_recipe)
 
 
@@ -190,22 +190,18 @@ def _data_settings(data_recipe: dict) -> dict:
     return settings
 
 
-def _digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
-
-
 def data_fingerprint(data_recipe: dict) -> str:
     """Hex digest of everything that determines the cached graphs and targets."""
     settings = _data_settings(data_recipe)
     settings.update(cache_format=CACHE_FORMAT_VERSION, source_content=_source_digest(data_recipe),
-                    target_code=_package_source_digest("pse"),
+                    target_code=code_digest("pse"),
                     skeleton_code=file_sha256(Path(__file__).parent.parent / "data" / "molecules.py"))
     if data_recipe["skeleton_edits"]:  # the edits module and the code here that picks and dedups edits
         import inspect
 
-        settings["edit_code"] = _digest([file_sha256(Path(__file__).parent.parent / "data" / "skeleton_edits.py"),
+        settings["edit_code"] = json_digest([file_sha256(Path(__file__).parent.parent / "data" / "skeleton_edits.py"),
                                          inspect.getsource(add_skeleton_edits), inspect.getsource(_skeleton_key)])
-    return _digest(settings)
+    return json_digest(settings)
 
 
 def _source_digest(data_recipe: dict) -> str:
@@ -242,15 +238,6 @@ def _dataset_digest(name: str, root: str | None) -> str:
         digest.update(np.int64(graph.num_nodes()).tobytes())
         digest.update(src.numpy().astype(np.int64).tobytes())
         digest.update(dst.numpy().astype(np.int64).tobytes())
-    return digest.hexdigest()
-
-
-def _package_source_digest(subpackage: str) -> str:
-    directory = Path(__file__).parent.parent / subpackage
-    digest = hashlib.sha256()
-    for path in sorted(directory.rglob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(file_sha256(path).encode())
     return digest.hexdigest()
 
 

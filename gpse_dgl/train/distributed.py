@@ -28,10 +28,13 @@ Example (one process: the share is the whole batch)
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
+from ..nn.sync_batchnorm import convert_sync_batchnorm
 from ..utils.distributed import Context, gather_rows, per_rank_batch_size, shard_range
 
 __all__ = ["BatchShare", "num_global_batches", "global_batches", "sharded_batches", "data_parallel",
@@ -95,12 +98,7 @@ def data_parallel(model: torch.nn.Module, ctx: Context, device: torch.device, sy
         if device.type == "cuda":
             model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
         else:
-            from ..nn.sync_batchnorm import convert_sync_batchnorm
-
             convert_sync_batchnorm(model)
-    import warnings
-
-    from torch.nn.parallel import DistributedDataParallel
 
     with warnings.catch_warnings():  # broadcast_buffers: deprecated in new torch, the only way in torch 2.1
         warnings.filterwarnings("ignore", message=".*broadcast_buffers", category=FutureWarning)

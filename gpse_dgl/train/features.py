@@ -32,8 +32,6 @@ Example
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +40,16 @@ from typing import Callable, Sequence
 import torch
 
 from .. import _env  # noqa: F401
-from ..data.cache import default_cache_dir, file_sha256, structure_digest
+import dgl
+
+from ..data.cache import (code_digest, default_cache_dir, file_sha256, fingerprint_of, json_digest,
+                          load_graphs_cached, save_graphs_cached, structure_digest)
+from ..encode import default_checkpoint_path, encode_dataset, load_gpse
+from ..encode.models import resolve_checkpoint
+from ..nn.random_features import random_node_features
+from ..pse import compute_pse_tensors
+from ..pse.registry import PSE_REGISTRY
+from ..utils.errors import CheckpointError
 
 
 __all__ = ["SOURCES", "PSE_COMPONENTS", "NodeTable", "source_width", "compute_features", "load_features",
@@ -112,7 +119,6 @@ def source_width(source: str, random_dim: int = 20, gpse_dim: int | None = None)
         if gpse_dim is None:
             raise ValueError("the width of GPSE encodings depends on the checkpoint: pass gpse_dim")
         return gpse_dim
-    from ..pse.registry import PSE_REGISTRY
 
     return sum(PSE_REGISTRY[name].dim for name in PSE_COMPONENTS[source])
 
@@ -148,8 +154,6 @@ def pse_features(graphs: Sequence, names: Sequence[str], progress: bool = False)
 
     Node-level PSEs are raw (not standardised), as GraphGPS feeds them downstream.
     """
-    from ..pse import compute_pse_tensors
-
     result = compute_pse_tensors(list(graphs), list(names), progress=progress)
     counts = result.num_nodes.long()
     columns = []
@@ -168,10 +172,6 @@ def random_features(graphs: Sequence, dim: int = 20, seed: int = 0) -> NodeTable
     Keyed by the graph's index, not its structure, so identical copies of a graph get different
     features (as they would with a fresh draw) while every run sees the same features.
     """
-    import dgl
-
-    from ..nn.random_features import random_node_features
-
     graphs = list(graphs)
     values = []
     chunk = 4096  # bound the batched graph's size
@@ -194,8 +194,6 @@ def gpse_features(graphs: Sequence, checkpoint: str | None = None, *, model=None
     Seeded per graph (:func:`gpse_dgl.encode.encode_dataset`), so the result does not depend on the
     batch size or the order of ``graphs``; ``precision`` as in :func:`gpse_dgl.encode.encode`.
     """
-    from ..encode import encode_dataset, load_gpse
-
     if model is None:
         model = load_gpse(checkpoint, device=device or "cpu")
     encodings = encode_dataset(model, list(graphs), batch_size=batch_size, seed=seed, samples=samples,
@@ -280,7 +278,6 @@ def load_features(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_di
         table = compute_features(graphs, source, device=device, progress=progress, **options)
         return table, {"source": source, "dim": table.dim if table is not None else 0, "cache": None,
                        "path": None, "seconds": round(time.perf_counter() - started, 3)}
-    from ..data.cache import load_graphs_cached
 
     path, fingerprint = cache_location(graphs, dataset_name, pe_recipe, cache_dir)
     hit = load_graphs_cached(path, fingerprint)
@@ -311,25 +308,19 @@ def cache_location(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_d
     The file name hashes the dataset, source and settings (so a cache made stale by changed graphs or
     code is overwritten in place); the fingerprint adds the structure digest and code versions.
     """
-    from ..data.cache import fingerprint_of
-
     source = pe_recipe["source"]
     settings = feature_settings(pe_recipe)
     if source == "GPSE":
         settings["checkpoint"] = _checkpoint_identity(pe_recipe["checkpoint"])
     key = {"dataset": dataset_name, "source": source, "settings": settings}
     safe = "".join(c if c.isalnum() or c in "-_+" else "_" for c in f"{dataset_name}-{source}")
-    path = Path(cache_dir or default_cache_dir()) / "downstream_features" / f"{safe}-{_digest(key)[:16]}.bin"
+    path = Path(cache_dir or default_cache_dir()) / "downstream_features" / f"{safe}-{json_digest(key)[:16]}.bin"
     fingerprint = fingerprint_of(kind="downstream-features", version=_CACHE_VERSION, structure=structure_digest(graphs),
-                                 pse_code=_pse_code_digest() if source in PSE_COMPONENTS else None, **key)
+                                 pse_code=code_digest("pse") if source in PSE_COMPONENTS else None, **key)
     return path, fingerprint
 
 
 def _save(path: Path, table: NodeTable, fingerprint: dict) -> bool:
-    import dgl
-
-    from ..data.cache import save_graphs_cached
-
     holder = dgl.graph(([], []), num_nodes=table.values.shape[0])
     holder.ndata["pe"] = table.values
     return save_graphs_cached(path, [holder], {"offsets": table.offsets}, fingerprint)
@@ -337,27 +328,9 @@ def _save(path: Path, table: NodeTable, fingerprint: dict) -> bool:
 
 def _checkpoint_identity(checkpoint: str | None) -> dict:
     """The GPSE checkpoint by content (a copied or renamed file still hits the cache)."""
-    from ..encode import default_checkpoint_path
-    from ..encode.models import resolve_checkpoint
-
     path = resolve_checkpoint(checkpoint)[0] if checkpoint else default_checkpoint_path()
     if not path.is_file():
-        from ..utils.errors import CheckpointError
-
         where = "the shipped default " if checkpoint is None else ""
         raise CheckpointError(f"{where}GPSE checkpoint {path} not found; set model.pe.checkpoint to a "
                               f"gpse-dgl best.pt or an authors' gpse_model_<name>_1.0.pt")
     return {"sha256": file_sha256(path), "default": checkpoint is None}
-
-
-def _pse_code_digest() -> str:
-    """Digest of the PSE package's source, so editing a PSE invalidates cached encodings."""
-    digest = hashlib.sha256()
-    for path in sorted((Path(__file__).resolve().parent.parent / "pse").glob("*.py")):
-        digest.update(path.name.encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def _digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()

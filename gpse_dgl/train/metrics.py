@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 
 # A column whose total sum of squares is at or below this is constant: it gets no score
@@ -189,8 +190,6 @@ HIGHER_IS_BETTER = {"rocauc": True, "ap": True, "accuracy": True, "mae": False, 
 
 
 def _numpy_2d(values):
-    import numpy as np
-
     array = values.detach().cpu().double().numpy() if isinstance(values, torch.Tensor) else np.asarray(
         values, dtype=np.float64)
     return array[:, None] if array.ndim == 1 else array
@@ -198,8 +197,6 @@ def _numpy_2d(values):
 
 def mae(y_true, y_pred) -> float:
     """Mean absolute error over every non-NaN target value."""
-    import numpy as np
-
     true, pred = _numpy_2d(y_true), _numpy_2d(y_pred)
     keep = ~np.isnan(true)
     return float(np.abs(true[keep] - pred[keep]).mean()) if keep.any() else math.nan
@@ -207,8 +204,6 @@ def mae(y_true, y_pred) -> float:
 
 def rmse(y_true, y_pred) -> float:
     """Root mean squared error per task (non-NaN values), averaged over tasks (OGB's ``rmse``)."""
-    import numpy as np
-
     true, pred = _numpy_2d(y_true), _numpy_2d(y_pred)
     scores = []
     for column in range(true.shape[1]):
@@ -243,8 +238,7 @@ def roc_auc(y_true, y_score) -> float:
     Per task the AUC is the Mann-Whitney statistic with tied scores counted as 1/2, which equals
     ``sklearn.metrics.roc_auc_score``.
     """
-    import numpy as np
-    from scipy.stats import rankdata
+    from scipy.stats import rankdata  # scipy.stats: a heavy import, needed for AUROC only
 
     true, score = _numpy_2d(y_true), _numpy_2d(y_score)
     scores = []
@@ -265,8 +259,6 @@ def average_precision(y_true, y_score) -> float:
     Per task ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct score thresholds in decreasing
     order, which equals ``sklearn.metrics.average_precision_score`` (OGB's and LRGB's ``ap``).
     """
-    import numpy as np
-
     true, score = _numpy_2d(y_true), _numpy_2d(y_score)
     scores = []
     for column in range(true.shape[1]):

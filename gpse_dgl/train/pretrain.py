@@ -37,11 +37,15 @@ import torch
 
 from .. import _env  # noqa: F401
 from ..data.cache import default_cache_dir
-from ..recipes import dump_recipe
+from ..nn.gpse import GPSEForPretraining
+from ..nn.loss import gpse_loss
+from ..nn.random_features import random_node_features
+from ..recipes import dump_recipe, validate_recipe
 from ..utils import distributed as dist_utils
 from ..utils.errors import CheckpointError
 from ..utils.io import atomic_write_text
-from . import checkpoint as ckpt
+from ..utils.precision import autocast
+from ..utils import checkpoint as ckpt
 from . import distributed as data_parallel
 from .data import PretrainingData, build_pretraining_data, describe_sizes
 from .metrics import R2Accumulator
@@ -175,7 +179,7 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     # evaluation batches are built once and reused every epoch
     eval_batches = {split: list(data.splits[split].batches(eval_batch_size))
                     for split in ("val", "test") if len(data.splits[split])}
-    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard import SummaryWriter  # tensorboard: a heavy import, for training runs only
 
     writer = (SummaryWriter(str(paths.tensorboard), purge_step=state.epoch * steps_per_epoch + 1)
               if ctx.is_main else data_parallel.NoWriter())
@@ -214,8 +218,6 @@ def model_config_from_recipe(model_recipe: dict, data: PretrainingData) -> dict:
 
 def build_model(model_config: dict, backend: str | None = None) -> torch.nn.Module:
     """``GPSEForPretraining`` from a :func:`model_config_from_recipe` config."""
-    from ..nn.gpse import GPSEForPretraining
-
     return GPSEForPretraining.from_config(model_config, backend=backend)
 
 
@@ -247,8 +249,6 @@ def training_features(graph, dim: int, generator: torch.Generator, share=None) -
     """Fresh N(0, 1) input features for a training batch, drawn from the run's ``generator``; under
     torchrun ``share`` (:class:`~gpse_dgl.train.distributed.BatchShare`) picks this rank's rows of the
     global batch's draw."""
-    from ..nn.random_features import random_node_features
-
     if share is not None and share.node_rows != (0, share.global_nodes):
         return share.features(dim, generator)
 
@@ -258,8 +258,6 @@ def training_features(graph, dim: int, generator: torch.Generator, share=None) -
 def evaluation_features(graph, dim: int, seed: int) -> torch.Tensor:
     """N(0, 1) input features fixed per graph by ``seed`` (independent of batching), so every
     evaluation of a model sees the same inputs and validation scores are comparable across epochs."""
-    from ..nn.random_features import random_node_features
-
     return random_node_features(graph, dim=dim, seed=seed)
 
 
@@ -540,8 +538,6 @@ class _Run:
 
 def _loss(node_pred, node_true, graph_pred, graph_true, batch_num_nodes, options: dict | None = None):
     """:func:`~gpse_dgl.nn.loss.gpse_loss` with the recipe's ``general_pipeline.loss`` options."""
-    from ..nn.loss import gpse_loss
-
     loss, parts = gpse_loss(node_pred, node_true, graph_pred, graph_true, batch_num_nodes,
                             **(options or {}))
     # counts such as num_pairs are not losses: keep only the loss terms for logging
@@ -561,8 +557,6 @@ def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, 
     Input features are seeded per graph, so repeated evaluations of the same model agree. The
     forward pass runs in ``precision`` (:mod:`gpse_dgl.utils.precision`); loss and R^2 in float32.
     """
-    from ..utils.precision import autocast
-
     was_training = model.training
     model.eval()
     accumulator = R2Accumulator(data.columns, data.num_node_columns)
@@ -611,7 +605,6 @@ def _check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict,
     """Resuming is only meaningful with the same data, model, seed and schedule; return the changes allowed."""
     saved = payload.get("recipe", {})
     try:  # fill in keys added to the schema since the checkpoint was written, at their defaults
-        from ..recipes import validate_recipe
 
         saved = validate_recipe(saved, source=str(path))
     except Exception:  # noqa: BLE001 - an unreadable old recipe is compared as stored

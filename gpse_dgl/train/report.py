@@ -35,9 +35,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..recipes import load_recipe, validate_recipe
+from ..utils import checkpoint as ckpt
 from ..utils.errors import CheckpointError, GPSEError
 from ..utils.io import atomic_write_text
-from . import checkpoint as ckpt
+from . import report_figures
+from .data import build_pretraining_data
+from .metrics import R2Accumulator
+from .pretrain import build_model, derive_seed, evaluation_features
+from .runtime import resolve_device
 
 REPORT_NAME = "report.html"
 FIGURE_NAMES = {"r2": "report_r2.png", "scatter": "report_scatter.png", "curves": "report_curves.png"}
@@ -135,15 +141,11 @@ def write_checkpoint_report(checkpoint, out_dir, dataset: str | None = None, roo
 
 
 def _run_recipe(run_dir: Path, payload: dict) -> dict:
-    from ..recipes import load_recipe
-
     recipe_path = run_dir / "recipe.yaml"
     return load_recipe(recipe_path) if recipe_path.is_file() else _checkpoint_recipe(run_dir, payload)
 
 
 def _checkpoint_recipe(source, payload: dict) -> dict:
-    from ..recipes import validate_recipe
-
     if "recipe" not in payload:
         raise CheckpointError(f"{source}: the checkpoint holds no recipe, so its data cannot be rebuilt")
     return validate_recipe(payload["recipe"], source=str(source))
@@ -152,9 +154,6 @@ def _checkpoint_recipe(source, payload: dict) -> dict:
 def _write(out_dir: Path, payload: dict, data_recipe: dict, recipe: dict, history: list, about: dict,
            log) -> Path:
     _require_matplotlib()
-    from .data import build_pretraining_data
-
-    from .runtime import resolve_device
 
     data = build_pretraining_data(data_recipe, log=log)
     device = resolve_device(recipe["device"])
@@ -180,8 +179,6 @@ def _require_matplotlib() -> None:
 
 
 def _load_model(payload: dict) -> torch.nn.Module:
-    from .pretrain import build_model
-
     model = build_model(payload["model_config"], "auto")
     model.load_state_dict(payload["model_state"])
     return model.eval()
@@ -199,9 +196,6 @@ def predict_split(model: torch.nn.Module, data, split: str, seed: int, scaling: 
     ``scaling`` (``{"mean", "std"}``) maps the model's graph outputs to raw values; the data's own
     ``graph_target_scaling`` maps its targets back (R^2 is scored on the raw values).
     """
-    from .metrics import R2Accumulator
-    from .pretrain import derive_seed, evaluation_features
-
     dim_in = model.encoder.dim_in
     feature_seed = derive_seed(seed, "evaluation features")
     accumulator = R2Accumulator(data.columns, data.num_node_columns)
@@ -234,18 +228,16 @@ def _per_pse(report: dict) -> dict:
 
 def draw_figures(out_dir: Path, data, held_out: dict, history: list) -> dict:
     """Draw the report's PNGs into ``out_dir``; return ``{kind: path}`` (no curves without history)."""
-    from . import report_figures as figures
-
     test = held_out.get("test") or next(iter(held_out.values()))
     per_pse = {split: _per_pse(item.report) for split, item in held_out.items()}
-    paths = {"r2": figures.r2_bars(per_pse, test.report["r2_per_column"], data.columns, PAPER_TEST_R2,
-                                   out_dir / FIGURE_NAMES["r2"])}
+    paths = {"r2": report_figures.r2_bars(per_pse, test.report["r2_per_column"], data.columns, PAPER_TEST_R2,
+                                          out_dir / FIGURE_NAMES["r2"])}
     title = (f"Predicted vs true on the {test.split} split ({test.report['num_graphs']:,} graphs; "
              f"dashed: y = x)")
-    paths["scatter"] = figures.predicted_vs_true(scatter_panels(data, test), out_dir / FIGURE_NAMES["scatter"],
-                                                 title)
+    paths["scatter"] = report_figures.predicted_vs_true(scatter_panels(data, test),
+                                                        out_dir / FIGURE_NAMES["scatter"], title)
     if history:
-        paths["curves"] = figures.training_curves(history, out_dir / FIGURE_NAMES["curves"])
+        paths["curves"] = report_figures.training_curves(history, out_dir / FIGURE_NAMES["curves"])
     return paths
 
 

@@ -37,6 +37,7 @@ PSE_COLOURS = ("#1f77b4", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
 
 
 def _pyplot():
+    # matplotlib: optional for the library (the report says how to install it) and a heavy import
     import matplotlib
 
     matplotlib.use("Agg")  # files only: never needs a display

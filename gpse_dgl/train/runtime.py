@@ -8,14 +8,17 @@ import contextlib
 import json
 import math
 import os
+import sys
 import zlib
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from ..utils import devices
 from ..utils.io import atomic_write_text
 from ..utils.progress import progress
+from ..utils.text import first_line
 
 __all__ = ["resolve_device", "derive_seed", "torch_threads", "progress_bar", "tqdm_write", "first_line",
            "json_safe", "write_json"]
@@ -55,18 +58,8 @@ def progress_bar(iterable, enabled: bool, **kwargs):
 
 def tqdm_write(message: str) -> None:
     """Print a line without breaking an active progress bar (flushed: a log file shows it at once)."""
-    import sys
-
-    from tqdm.auto import tqdm
-
     tqdm.write(message)
     sys.stdout.flush()
-
-
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's message (its type name when empty), at most 160 characters."""
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:160]
 
 
 def json_safe(value):

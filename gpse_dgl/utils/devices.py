@@ -38,7 +38,7 @@ def check_device_name(name) -> str | None:
 
 def resolve_device(name: str, where: str = "--device"):
     """``torch.device`` for ``name`` (``auto``: cuda when available, else cpu), present on this machine."""
-    import torch
+    import torch  # here only: name checks (recipes, CLI options) run without importing torch
 
     problem = check_device_name(name)
     if problem:

@@ -29,8 +29,10 @@ import os
 from dataclasses import dataclass
 
 import torch
+import torch.distributed as dist
 
 from .errors import GPSEError
+from .text import first_line
 
 __all__ = ["DistributedError", "Context", "process_group", "current", "launched_world_size",
            "choose_backend", "timeout_seconds", "shard_range", "per_rank_batch_size", "gather_rows",
@@ -78,8 +80,6 @@ def launched_world_size() -> int:
 
 def current() -> Context:
     """The context of the joined group, or world size 1 when none is joined."""
-    import torch.distributed as dist
-
     if not (dist.is_available() and dist.is_initialized()):
         return Context()
     return Context(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
@@ -129,8 +129,6 @@ def process_group(requested: str = "auto", device: torch.device | str | None = N
     Without ``torchrun`` (``WORLD_SIZE`` unset or 1), or inside a group joined already, nothing is
     joined or left. A failed collective inside the block becomes a one-line :class:`DistributedError`.
     """
-    import torch.distributed as dist
-
     world_size = launched_world_size()
     if world_size <= 1 or dist.is_initialized():
         yield current()
@@ -143,7 +141,7 @@ def process_group(requested: str = "auto", device: torch.device | str | None = N
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=seconds))
     except (RuntimeError, ValueError) as exc:
         raise DistributedError(f"cannot join the {world_size} torchrun processes with {backend} within "
-                               f"{seconds:g} s ({_first_line(exc)})") from None
+                               f"{seconds:g} s ({first_line(exc, limit=200)})") from None
     ctx = current()
     try:
         yield ctx
@@ -151,7 +149,7 @@ def process_group(requested: str = "auto", device: torch.device | str | None = N
         if isinstance(exc, GPSEError) or not _lost_contact(exc):
             raise
         raise DistributedError(f"rank {ctx.rank}: lost contact with the other processes (one died or did "
-                               f"not answer within {seconds:g} s): {_first_line(exc)}") from None
+                               f"not answer within {seconds:g} s): {first_line(exc, limit=200)}") from None
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
@@ -160,11 +158,6 @@ def process_group(requested: str = "auto", device: torch.device | str | None = N
 def _lost_contact(exc: BaseException) -> bool:
     text = str(exc).lower()
     return any(marker in text for marker in _LOST_CONTACT_MARKERS)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 def shard_range(count: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -193,8 +186,6 @@ def refuse_under_torchrun(verb: str, sharded: tuple) -> None:
 
 def barrier() -> None:
     """Wait for every rank (nothing with one process)."""
-    import torch.distributed as dist
-
     if current().is_distributed:
         dist.barrier()
 
@@ -205,8 +196,6 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
     The result is the same on every rank; gradients flow into this rank's own rows only (the others'
     are constants here: each rank back-propagates through its own share).
     """
-    import torch.distributed as dist
-
     ctx = current()
     if not ctx.is_distributed:
         return local
@@ -226,8 +215,6 @@ def gather_rows(local: torch.Tensor) -> torch.Tensor:
 
 def gather_objects(value) -> list:
     """``[value of rank 0, value of rank 1, ...]`` on every rank (``[value]`` with one process)."""
-    import torch.distributed as dist
-
     ctx = current()
     if not ctx.is_distributed:
         return [value]
@@ -238,8 +225,6 @@ def gather_objects(value) -> list:
 
 def broadcast_object(value, source: int = 0):
     """Rank ``source``'s ``value`` on every rank."""
-    import torch.distributed as dist
-
     if not current().is_distributed:
         return value
     box = [value]

@@ -37,6 +37,9 @@ import threading
 from pathlib import Path
 from typing import Iterator
 
+from .. import _env  # noqa: F401
+import dgl
+
 __all__ = ["TEMP_SUFFIX", "atomic_path", "atomic_write_text", "atomic_write_bytes", "save_graphs_atomic",
            "remove_stale_temps", "file_mode"]
 
@@ -175,7 +178,5 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 def save_graphs_atomic(path: str | os.PathLike, graphs: list, labels: dict | None = None) -> None:
     """``dgl.save_graphs(path, graphs, labels)`` through :func:`atomic_path`."""
-    import dgl
-
     with atomic_path(path) as tmp:
         dgl.save_graphs(str(tmp), list(graphs), labels or None)

@@ -27,6 +27,8 @@ import os
 import sys
 import time
 
+from tqdm.auto import tqdm
+
 __all__ = ["ENV_VAR", "configure", "is_quiet", "bars_wanted", "progress", "LineProgress"]
 
 ENV_VAR = "GPSE_DGL_PROGRESS"
@@ -74,8 +76,6 @@ def progress(iterable=None, *, total: int | None = None, desc: str = "", unit: s
             return iterable
         return LineProgress(None, total, desc, unit, silent=True, initial=initial)
     if bars_wanted():
-        from tqdm.auto import tqdm
-
         return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave, initial=initial, dynamic_ncols=True,
                     **tqdm_options)
     return LineProgress(iterable, total, desc, unit, initial=initial)

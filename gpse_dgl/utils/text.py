@@ -15,7 +15,7 @@ from __future__ import annotations
 import difflib
 from typing import Iterable
 
-__all__ = ["plural", "did_you_mean", "closest"]
+__all__ = ["plural", "did_you_mean", "closest", "first_line"]
 
 
 def plural(count: int, word: str, plural_form: str | None = None, thousands: bool = True) -> str:
@@ -36,3 +36,11 @@ def did_you_mean(name: str, choices: Iterable[str]) -> str:
     """``" (did you mean 'x'?)"`` for the closest choice, or ``""``: append it to an unknown-name error."""
     match = closest(name, choices)
     return f" (did you mean {match!r}?)" if match else ""
+
+
+def first_line(exc: BaseException, limit: int | None = 160) -> str:
+    """The first line of an exception's message (its type name when empty), cut at ``limit`` characters
+    (``None``: not cut), for one-line error messages that quote another error."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    return line if limit is None else line[:limit]

@@ -1,0 +1,132 @@
+"""Dependencies between gpse_dgl's subpackages point one way (docs/ARCHITECTURE.md).
+
+Every module under ``gpse_dgl/`` is parsed with :mod:`ast` (nothing is imported); each import, at module
+level or inside a function, becomes an edge between the *parts* of the package: a subpackage
+(``gpse_dgl.encode.loading`` -> ``encode``) or a top-level module (``gpse_dgl.recipes`` -> ``recipes``;
+the package's own ``__init__`` is ``gpse_dgl``). ``FLOORS`` lists the parts from the bottom up; a part
+may import parts on lower floors only, so parts on one floor do not import each other.
+"""
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+PACKAGE = "gpse_dgl"
+ROOT = Path(__file__).resolve().parent.parent / PACKAGE
+
+#: The allowed order, bottom first. An import may only go down to a lower floor.
+FLOORS = (
+    ("_dgl_compat",),        # DGL import guard: runs before DGL is imported, imports nothing of ours
+    ("_env",),               # process-wide settings (DGLBACKEND, OGB offline) applied before dgl / ogb
+    ("gpse_dgl",),           # the package __init__ (imports _env; holds __version__)
+    ("_private",),           # every private DGL / torch access, pinned to the releases it was checked on
+    ("utils",),              # errors, I/O, devices, precision, checkpoints: shared by everything above
+    ("pse", "data"),         # explicit encodings; graph sources and caches
+    ("nn", "recipe_files"),  # layers, the GPSE encoder and heads, downstream models; reading recipe YAML
+    ("encode", "recipes"),   # inference with a pretrained encoder; recipe schema and validation
+    ("train",),              # pretraining and downstream loops
+    ("commands",),           # one click command per verb
+    ("cli",),                # the ``gpse-dgl`` click group
+    ("__main__",),           # ``python -m gpse_dgl`` (what torchrun starts)
+)
+FLOOR_OF = {part: level for level, parts in enumerate(FLOORS) for part in parts}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def part_of(module: str) -> str:
+    """``gpse_dgl.encode.loading`` -> ``encode``; ``gpse_dgl`` -> ``gpse_dgl``."""
+    pieces = module.split(".")
+    return pieces[1] if len(pieces) > 1 else pieces[0]
+
+
+MODULES = {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def imported_modules(node: ast.AST, module: str, is_package: bool) -> list[str]:
+    """Our modules an ``import`` / ``from ... import`` statement loads (``from . import x`` names module x)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name.split(".")[0] == PACKAGE]
+    if node.level:
+        base = module.split(".") if is_package else module.split(".")[:-1]
+        base = base[:len(base) - (node.level - 1)]
+        target = ".".join(base + ([node.module] if node.module else []))
+    else:
+        target = node.module or ""
+    if target.split(".")[0] != PACKAGE:
+        return []
+    submodules = [f"{target}.{alias.name}" for alias in node.names if f"{target}.{alias.name}" in MODULES]
+    return submodules or [target]
+
+
+def import_edges() -> dict[tuple[str, str], list[str]]:
+    """``(from part, to part) -> ["gpse_dgl/x/y.py:LINE", ...]`` over every import in the package."""
+    edges = defaultdict(list)
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            for target in imported_modules(node, module, path.name == "__init__.py"):
+                src, dst = part_of(module), part_of(target)
+                if src != dst:
+                    edges[(src, dst)].append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    return dict(edges)
+
+
+def find_cycle(edges) -> list[str] | None:
+    """One cycle of the part graph as ``[a, b, ..., a]``, or None."""
+    graph = defaultdict(set)
+    for src, dst in edges:
+        graph[src].add(dst)
+    state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        state[node] = 2
+        path.pop()
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return None
+
+
+def test_every_part_has_a_floor():
+    unplaced = sorted({part_of(m) for m in MODULES} - set(FLOOR_OF))
+    assert not unplaced, f"add these parts of {PACKAGE} to FLOORS in tests/test_layering.py: {unplaced}"
+
+
+def test_no_import_cycle_between_parts():
+    edges = import_edges()
+    cycle = find_cycle(edges)
+    where = [f"{a} -> {b} ({', '.join(edges[(a, b)][:3])})" for a, b in zip(cycle, cycle[1:])] if cycle else []
+    assert cycle is None, "import cycle between parts of gpse_dgl: " + "; ".join(where)
+
+
+def test_imports_only_go_down():
+    upward = [f"{src} -> {dst} ({', '.join(sites[:3])}{' ...' if len(sites) > 3 else ''})"
+              for (src, dst), sites in sorted(import_edges().items())
+              if src in FLOOR_OF and dst in FLOOR_OF and FLOOR_OF[dst] >= FLOOR_OF[src]]
+    assert not upward, "imports against the allowed order (FLOORS):\n" + "\n".join(upward)
+
+
+def test_the_checker_sees_local_and_relative_imports():
+    source = "def f():\n    from ..train.checkpoint import load_checkpoint\n"
+    node = ast.parse(source).body[0].body[0]
+    assert imported_modules(node, "gpse_dgl.encode.loading", False) == ["gpse_dgl.train.checkpoint"]
+    assert find_cycle({("encode", "train"), ("train", "encode")}) == ["encode", "train", "encode"]
