@@ -48,8 +48,8 @@ __all__ = ["Field", "PRETRAIN_SCHEMA", "PRECISION_CHOICES", "PRECISION_HELP", "R
            # reading files (gpse_dgl.recipe_files), re-exported for one import place
            "BASE_KEY", "StrictSafeLoader", "read_recipe_file", "merge_recipes", "apply_overrides"]
 
-# Names known without importing the pse/data sub-packages (which import dgl). The authoritative
-# lists are pse.registry.NODE_TARGETS / GRAPH_TARGETS; _known_pse_names() prefers them when present.
+# The default targets, named here without importing the pse sub-package (which imports dgl). The
+# authoritative lists are pse.registry's, which _known_pse_names() reads when a recipe is validated.
 _DEFAULT_NODE_TARGETS = ("ElstaticPE", "LapPE", "RWSE", "HKdiagSE")
 _DEFAULT_GRAPH_TARGETS = ("EigVals", "CycleGE")
 BUILTIN_SOURCES = ("embedded-molecules", "smiles")
@@ -361,7 +361,7 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
         raise RecipeError(f"{source}: data.smiles_file: required when data.source is 'smiles'")
     if data["source"] not in BUILTIN_SOURCES:
         known = _known_datasets()
-        if known is not None and data["source"] not in known:
+        if data["source"] not in known:
             choices = BUILTIN_SOURCES + tuple(known)
             raise RecipeError(f"{source}: {_where(raw, 'data', 'source')}: unknown source {data['source']!r}"
                               f"{did_you_mean(data['source'], choices)}; choose {', '.join(choices)}")
@@ -393,21 +393,19 @@ def _where(raw: Mapping[str, Any], section: str, key: str) -> str:
 
 
 def _known_pse_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
-    try:
-        from .pse.registry import GRAPH_TARGETS, NODE_TARGETS, PSE_REGISTRY
-    except ImportError:
-        return _DEFAULT_NODE_TARGETS, _DEFAULT_GRAPH_TARGETS
+    # imported here: this module is read without torch / dgl, which gpse_dgl.pse loads
+    from .pse.registry import GRAPH_TARGETS, NODE_TARGETS, PSE_REGISTRY
+
     node = tuple(n for n, s in PSE_REGISTRY.items() if getattr(s, "level", "node") == "node")
     graph = tuple(n for n, s in PSE_REGISTRY.items() if getattr(s, "level", "") == "graph")
     return node or tuple(NODE_TARGETS), graph or tuple(GRAPH_TARGETS)
 
 
-def _known_datasets() -> tuple[str, ...] | None:
-    """Dataset names the data registry can load, or None when the registry is unavailable."""
-    try:
-        from .data.registry import available_datasets
-    except ImportError:
-        return None
+def _known_datasets() -> tuple[str, ...]:
+    """Dataset names the data registry can load."""
+    # imported here: this module is read without torch, which gpse_dgl.data loads
+    from .data.registry import available_datasets
+
     return tuple(available_datasets())
 
 

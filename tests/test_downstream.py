@@ -328,9 +328,7 @@ def test_gpse_encodings_take_their_own_precision(monkeypatch, general, gpse, exp
         seen.update(pe_recipe)
         raise StopIteration  # the recipe handed to the features is all this test needs
 
-    monkeypatch.setattr(downstream_data, "load_features", fake_load_features, raising=False)
-    import gpse_dgl.train.features as features
-    monkeypatch.setattr(features, "load_features", fake_load_features)
+    monkeypatch.setattr(downstream_data, "load_features", fake_load_features)
     recipe = load_downstream_recipe(REPO / "recipes/downstream/csl.yaml", [
         f"general_pipeline.precision={general}", f"model.pe.gpse_precision={'null' if gpse is None else gpse}"])
     with pytest.raises(StopIteration):

@@ -9,6 +9,8 @@ may import parts on lower floors only, so parts on one floor do not import each 
 from __future__ import annotations
 
 import ast
+import io
+import tokenize
 from collections import defaultdict
 from pathlib import Path
 
@@ -130,3 +132,73 @@ def test_the_checker_sees_local_and_relative_imports():
     node = ast.parse(source).body[0].body[0]
     assert imported_modules(node, "gpse_dgl.encode.loading", False) == ["gpse_dgl.train.checkpoint"]
     assert find_cycle({("encode", "train"), ("train", "encode")}) == ["encode", "train", "encode"]
+
+
+# ----------------------------------------------------------------------------------------------
+# function-local imports: only for optional or heavy dependencies, each with its reason
+
+#: Top-level names whose function-local import needs a stated reason (ours, and the core libraries
+#: every module may import at its top).
+CORE_IMPORTS = {PACKAGE, "torch", "dgl", "numpy", "scipy"}
+#: Files whose lazy imports keep CLI startup light (stated in ``commands/__init__.py``).
+CLI_FILES = ("commands/", "cli.py")
+#: Modules whose function-local imports follow one pattern stated once in a module-level comment.
+UNIFORMLY_LAZY = {
+    "gpse_dgl/data/registry.py": "each loader imports its module: listing names loads no dgl, rdkit or ogb",
+}
+
+
+def commented_lines(source: str) -> set[int]:
+    """Line numbers that carry a ``#`` comment."""
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {tok.start[0] for tok in tokens if tok.type == tokenize.COMMENT}
+
+
+def loads_core_module(node: ast.AST) -> bool:
+    if isinstance(node, ast.ImportFrom):
+        return bool(node.level) or (node.module or "").split(".")[0] in CORE_IMPORTS
+    return any(alias.name.split(".")[0] in CORE_IMPORTS for alias in node.names)
+
+
+def unexplained_local_imports(source: str) -> list[int]:
+    """Lines of function-local imports of our modules or torch / dgl / numpy / scipy with no reason given.
+
+    A reason is a comment on the import, on the line above it, or above the run of imports it ends
+    (one comment serves a function's block of lazy imports).
+    """
+    tree = ast.parse(source)
+    local = sorted({node for func in ast.walk(tree) if isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    for node in ast.walk(func) if isinstance(node, (ast.Import, ast.ImportFrom))},
+                   key=lambda node: node.lineno)
+    comments = commented_lines(source)
+    explained_ends: set[int] = set()
+    unexplained = []
+    for node in local:
+        lines = set(range(node.lineno - 1, node.end_lineno + 1))
+        if lines & comments or node.lineno - 1 in explained_ends:
+            explained_ends.add(node.end_lineno)
+        elif loads_core_module(node):
+            unexplained.append(node.lineno)
+    return unexplained
+
+
+def test_function_local_imports_state_their_reason():
+    offenders = []
+    for path in MODULES.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(CLI_FILES) or f"{PACKAGE}/{rel}" in UNIFORMLY_LAZY:
+            continue
+        lines = unexplained_local_imports(path.read_text(encoding="utf-8"))
+        offenders += [f"{PACKAGE}/{rel}:{line}" for line in lines]
+    assert not offenders, ("function-local imports of gpse_dgl / torch / dgl / numpy / scipy belong at module "
+                           "level unless a comment says why (optional dependency, a light module kept light): "
+                           + ", ".join(offenders))
+
+
+def test_the_local_import_checker_wants_a_reason():
+    source = ("import torch\n\n"
+              "def bare():\n    import dgl\n\n"
+              "def stated():\n    # scipy: kept out of the light import path\n    import scipy.linalg\n"
+              "    from . import sibling\n\n"
+              "def optional():\n    import pandas as pd\n")
+    assert unexplained_local_imports(source) == [4]

@@ -122,7 +122,7 @@ def _blas_threads(num: Optional[int]):
     used when scipy's LAPACK actually runs inside the single-threaded phase)."""
     if num is None:
         return contextlib.nullcontext()
-    try:
+    try:  # threadpoolctl: optional (not a declared dependency)
         from threadpoolctl import threadpool_limits
     except ImportError:
         return contextlib.nullcontext()

@@ -51,13 +51,17 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
 import torch
+from scipy.sparse.csgraph import connected_components
 
 from .. import _env  # noqa: F401
 from .. import _private
 from ..utils.errors import GPSEError
 from ..utils.graph import simple_edges
 from . import bipartite as _bipartite
+from .sparse import sparse_lap_pe, sparse_rwse
 
 __all__ = ["EdgeCollection", "DenseBatch", "SparseGraph"]
 
@@ -156,9 +160,6 @@ class EdgeCollection:
     @functools.cached_property
     def components(self) -> np.ndarray:
         """int64 ``(N,)`` connected-component label of every node (unique across the collection)."""
-        import scipy.sparse as sp
-        from scipy.sparse.csgraph import connected_components
-
         total = self.total_nodes
         graph = sp.csr_matrix((np.ones(self.u.shape[0], dtype=np.int8), (self.u, self.v)), shape=(total, total))
         return connected_components(graph, directed=False)[1].astype(np.int64)
@@ -231,8 +232,6 @@ def lowest_eigenpairs(mat: np.ndarray, k: int, zero_tol: float, cluster_tol: flo
     (consecutive gaps ``< cluster_tol``) that contains the last of those, so repeated eigenvalues are
     never cut (see :mod:`gpse_dgl.pse.laplacian`). Returns ``(lam (m,), vec (n, m) or None)``.
     """
-    import scipy.linalg
-
     n = mat.shape[0]
     m = min(n, k + 4)
     while True:
@@ -446,9 +445,6 @@ class DenseBatch:
             collection, gids, device = self._source
             rows = collection.node_offset[np.asarray(gids, dtype=np.int64)][:, None] + np.arange(self.n)
             return torch.from_numpy(collection.components[rows]).to(device)
-        import scipy.sparse as sp
-        from scipy.sparse.csgraph import connected_components
-
         size = self.batch_size * self.n
         b, i, j = torch.nonzero(self.adj.cpu(), as_tuple=True)
         row = (b * self.n + i).numpy()
@@ -501,12 +497,8 @@ class SparseGraph:
     @functools.cached_property
     def lap_pe(self) -> tuple[np.ndarray, np.ndarray]:
         """``(|eigvecs| (n, 4), eigvals (4,))`` of L_sym from :func:`gpse_dgl.pse.sparse.sparse_lap_pe`."""
-        from .sparse import sparse_lap_pe
-
         return sparse_lap_pe(self.n, self.u, self.v, k=4)
 
     def rwse(self, steps) -> np.ndarray:
         """``(n, len(steps))`` random-walk return probabilities from :func:`gpse_dgl.pse.sparse.sparse_rwse`."""
-        from .sparse import sparse_rwse
-
         return sparse_rwse(self.n, self.u, self.v, steps=steps)

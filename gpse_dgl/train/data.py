@@ -25,6 +25,7 @@ module assembles them, computes the targets and owns the cache.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import time
 from dataclasses import dataclass
@@ -35,8 +36,11 @@ import numpy as np
 import torch
 
 from ..utils import distributed as dist_utils
-from ..data.cache import code_digest, default_cache_dir, file_sha256, json_digest
-from ..pse.targets import NODE_TARGET_KEY
+from ..utils.errors import DatasetNotFoundError
+from ..data.cache import (code_digest, default_cache_dir, file_sha256, json_digest, load_graphs_cached,
+                          save_graphs_cached)
+from ..data.registry import load_dataset
+from ..pse.targets import NODE_TARGET_KEY, pretraining_targets, target_columns
 from .graph_collection import GraphCollection
 from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, _ogb_folder, _skeleton_key, _subset_and_split,
                             add_skeleton_edits, load_source_graphs, unique_structures)
@@ -75,8 +79,6 @@ class PretrainingData:
 
 def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print) -> PretrainingData:
     """Assemble (or load from cache) the pretraining data described by a recipe's ``data`` section."""
-    from ..pse.targets import target_columns
-
     started = time.perf_counter()
     node_names, graph_names = list(data_recipe["node_targets"]), list(data_recipe["graph_targets"])
     cache_path, fingerprint = _cache_location(data_recipe)
@@ -133,8 +135,6 @@ def standardize_graph_targets(splits: dict[str, GraphCollection]) -> dict[str, t
 
 def _compute_targets(graphs: list, node_names: list, graph_names: list, data_recipe: dict,
                      progress: bool) -> GraphCollection:
-    from ..pse.targets import pretraining_targets
-
     device = data_recipe["target_device"]
     graph_targets = pretraining_targets(graphs, node_names, graph_names, progress=progress,
                                         device=None if device in (None, "cpu") else device)
@@ -197,8 +197,6 @@ def data_fingerprint(data_recipe: dict) -> str:
                     target_code=code_digest("pse"),
                     skeleton_code=file_sha256(Path(__file__).parent.parent / "data" / "molecules.py"))
     if data_recipe["skeleton_edits"]:  # the edits module and the code here that picks and dedups edits
-        import inspect
-
         settings["edit_code"] = json_digest([file_sha256(Path(__file__).parent.parent / "data" / "skeleton_edits.py"),
                                          inspect.getsource(add_skeleton_edits), inspect.getsource(_skeleton_key)])
     return json_digest(settings)
@@ -207,14 +205,12 @@ def data_fingerprint(data_recipe: dict) -> str:
 def _source_digest(data_recipe: dict) -> str:
     source = data_recipe["source"]
     if source == "embedded-molecules":
-        from ..data.molecules import embedded_smiles_path
+        from ..data.molecules import embedded_smiles_path  # rdkit (through .molecules): a heavy import
 
         return file_sha256(Path(embedded_smiles_path()))
     if source == "smiles":
         path = Path(data_recipe["smiles_file"])
         if not path.is_file():
-            from ..utils.errors import DatasetNotFoundError
-
             raise DatasetNotFoundError(f"SMILES file not found: {path}")
         return file_sha256(path)
     return _dataset_digest(source, data_recipe.get("root"))
@@ -230,8 +226,6 @@ def _dataset_digest(name: str, root: str | None) -> str:
             digest.update(str(path.relative_to(folder)).encode())
             digest.update(file_sha256(path).encode())
         return digest.hexdigest()
-    from ..data.registry import load_dataset
-
     digest = hashlib.sha256()
     for graph in load_dataset(name, root).graphs:
         src, dst = graph.edges()
@@ -243,8 +237,6 @@ def _dataset_digest(name: str, root: str | None) -> str:
 
 def _save_cache(path: Path, fingerprint: str, collection: GraphCollection, split_of_graph: torch.Tensor,
                 info: dict) -> None:
-    from ..data.cache import save_graphs_cached
-
     everything = collection.batch(torch.arange(len(collection)))[0]
     everything.ndata[NODE_TARGET_KEY] = collection.node_targets
     labels = {"graph_targets": collection.graph_targets, "num_nodes": collection.num_nodes,
@@ -254,8 +246,6 @@ def _save_cache(path: Path, fingerprint: str, collection: GraphCollection, split
 
 
 def _load_cache(path: Path, fingerprint: str):
-    from ..data.cache import load_graphs_cached
-
     if not path.exists():
         return None
     loaded = load_graphs_cached(str(path), {"pretraining_data": fingerprint})

@@ -246,7 +246,7 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
         raise RecipeError(f"{source}: data.path: data.name {data['name']} reads the file or directory given "
                           "by data.path, which is not set")
     models = _known_models()
-    if models is not None and model["name"].lower() not in models:
+    if model["name"].lower() not in models:
         raise RecipeError(f"{source}: {_where(raw, 'model.name')}: unknown model {model['name']!r}"
                           f"{did_you_mean(model['name'], models)}; choose from {', '.join(models)}")
     if model["pe"]["source"] != "none" and model["pe"]["dim_pe"] > model["dim_hidden"]:
@@ -265,6 +265,7 @@ def _where(raw: Mapping[str, Any], dotted: str) -> str:
 
 def _dataset_known(name: str) -> bool:
     """Whether the data registry resolves ``name`` (aliases such as ``molhiv`` included)."""
+    # the registries are imported in the functions that need them: this module is read without torch / dgl
     from ..data.registry import UnknownDatasetError, dataset_description
 
     try:
@@ -275,14 +276,12 @@ def _dataset_known(name: str) -> bool:
 
 
 def _known_datasets() -> tuple[str, ...]:
-    from ..data.registry import available_datasets
+    from ..data.registry import available_datasets  # lazy for the reason given in _dataset_known
 
     return tuple(available_datasets())
 
 
-def _known_models() -> tuple[str, ...] | None:
-    try:
-        from ..nn.models import MODEL_REGISTRY
-    except ImportError:  # pragma: no cover
-        return None
+def _known_models() -> tuple[str, ...]:
+    from ..nn.models import MODEL_REGISTRY  # lazy for the reason given in _dataset_known
+
     return tuple(sorted(MODEL_REGISTRY))

@@ -27,7 +27,14 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..data.dataset import random_split
+from ..data.ogb import ogb_dir_name, ogb_meta
+from ..data.rdkit_corpus import hash_split_codes
+from ..data.registry import default_root, load_dataset
+from ..data.skeleton_edits import MAX_NEW_ATOMS, edit_skeleton
 from ..utils.errors import RecipeError
+from ..utils.graph import graph_simple_edges, undirected_graph
+from .runtime import progress_bar
 
 SPLIT_NAMES = ("train", "val", "test")
 # sources whose split is a hash of each skeleton (data.split fractions, no seed), not a seeded draw
@@ -38,7 +45,7 @@ def load_source_graphs(data_recipe: dict, progress: bool = False) -> tuple[list[
     """Unique, non-trivial graphs of the recipe's source, and counts describing the clean-up."""
     source = data_recipe["source"]
     if source in ("embedded-molecules", "smiles"):
-        from ..data import molecules
+        from ..data import molecules  # rdkit (through .molecules): a heavy import, for molecules only
 
         path = (molecules.embedded_smiles_path() if source == "embedded-molecules"
                 else data_recipe["smiles_file"])
@@ -49,15 +56,13 @@ def load_source_graphs(data_recipe: dict, progress: bool = False) -> tuple[list[
 
 
 def _dataset_graphs(name: str, root: str | None, progress: bool) -> tuple[list, dict]:
-    from ..data import molecules
-
     smiles = _ogb_smiles(name, root)
     if smiles is not None:
+        from ..data import molecules  # rdkit (through .molecules): a heavy import, for molecules only
+
         # molecules: pretraining uses unique bare skeletons (paper: 323,555 for ogbg-molpcba)
         graphs, stats = molecules.unique_skeleton_graphs(smiles, progress=progress)
         return graphs, {"source": name, **_counts(stats)}
-    from ..data.registry import load_dataset
-
     dataset = load_dataset(name, root)
     if dataset.task != "graph":
         raise RecipeError(f"data.source: {name} is a node-level dataset (one graph); pretraining "
@@ -75,8 +80,6 @@ def unique_structures(graphs: Sequence[dgl.DGLGraph], max_nodes_to_compare: int 
     canonical atom ranking), the same key molecules are de-duplicated by. Graphs above
     ``max_nodes_to_compare`` nodes are kept without comparison.
     """
-    from ..utils.graph import graph_simple_edges
-
     kept, seen = [], set()
     stats = {"total": len(graphs), "too_small": 0, "duplicates": 0}
     for graph in graphs:
@@ -96,7 +99,7 @@ def unique_structures(graphs: Sequence[dgl.DGLGraph], max_nodes_to_compare: int 
 
 
 def _skeleton_key(num_nodes: int, u: np.ndarray, v: np.ndarray) -> str:
-    from rdkit import Chem
+    from rdkit import Chem  # rdkit: a heavy import, for skeleton keys only
 
     mol = Chem.RWMol()
     for _ in range(num_nodes):
@@ -118,11 +121,6 @@ def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: fl
     another edit are drawn again, so held-out graphs never leak into training; after 20 draws per
     wanted graph it stops with fewer. Returns ``(graphs, split_of_graph, stats)``.
     """
-    from ..data.skeleton_edits import MAX_NEW_ATOMS, edit_skeleton
-    from ..utils.graph import graph_simple_edges
-    from ..data.synthetic import undirected_graph
-    from .runtime import progress_bar
-
     # every graph an edit could equal (an edit adds at most MAX_NEW_ATOMS atoms) is compared against
     comparable = [i for i, g in enumerate(graphs) if g.num_nodes() <= max_nodes + MAX_NEW_ATOMS]
     simple = {i: (graphs[i].num_nodes(), *graph_simple_edges(graphs[i])) for i in comparable}
@@ -155,25 +153,15 @@ def _ogb_folder(name: str, root: str | None) -> Path | None:
     """Folder of an ``ogbg-*`` dataset in OGB's on-disk layout under ``root``, if there is one."""
     if not name.startswith("ogbg-"):
         return None
-    from ..data.ogb import ogb_dir_name, ogb_meta
-
     try:
         candidates = [ogb_dir_name(name), ogb_meta(name).get("download_name", ogb_dir_name(name))]
     except KeyError:
         return None
-    base = Path(root) if root else _default_data_root()
+    base = Path(root) if root else Path(default_root())
     for candidate in candidates:
         if (base / candidate / "raw").is_dir() or (base / candidate / "mapping").is_dir():
             return base / candidate
     return None
-
-
-def _default_data_root() -> Path:
-    try:
-        from ..data.registry import default_root
-    except ImportError:
-        return Path("data")
-    return Path(default_root())
 
 
 def _ogb_smiles(name: str, root: str | None) -> list[str] | None:
@@ -182,7 +170,7 @@ def _ogb_smiles(name: str, root: str | None) -> list[str] | None:
     folder = _ogb_folder(name, root)
     if folder is None or not (folder / "mapping" / "mol.csv.gz").is_file():
         return None
-    import pandas as pd
+    import pandas as pd  # pandas: a heavy import, for OGB's csv files only
 
     return pd.read_csv(folder / "mapping" / "mol.csv.gz", usecols=["smiles"])["smiles"].astype(str).tolist()
 
@@ -198,8 +186,6 @@ def _counts(stats: dict) -> dict:
 
 def _subset_and_split(graphs: list, data_recipe: dict) -> tuple[list, torch.Tensor]:
     """Seeded ``max_graphs`` subset, then split codes (0 train, 1 val, 2 test) per kept graph."""
-    from ..data.dataset import random_split
-
     seed = data_recipe["split_seed"]
     if data_recipe["max_graphs"] is not None and data_recipe["max_graphs"] < len(graphs):
         keep = np.sort(np.random.default_rng(seed).permutation(len(graphs))[:data_recipe["max_graphs"]])
@@ -224,7 +210,4 @@ def _subset_and_split(graphs: list, data_recipe: dict) -> tuple[list, torch.Tens
 def _hash_split(graphs: list, fractions) -> torch.Tensor:
     """Split codes fixed by a hash of each graph's canonical skeleton SMILES (``data.rdkit_corpus``):
     a graph keeps its split whatever else is in the source."""
-    from ..data.rdkit_corpus import hash_split_codes
-    from ..utils.graph import graph_simple_edges
-
     return hash_split_codes([_skeleton_key(g.num_nodes(), *graph_simple_edges(g)) for g in graphs], fractions)

@@ -130,7 +130,7 @@ def _r2_floor(values) -> float:
 def predicted_vs_true(panels: list, path, title: str) -> Path:
     """One panel per PSE; ``panels`` holds ``(pse, true, predicted, r2, axis label)`` with 1-D arrays."""
     plt = _pyplot()
-    from matplotlib.colors import LogNorm
+    from matplotlib.colors import LogNorm  # matplotlib: optional and heavy (see _pyplot)
 
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)

@@ -11,8 +11,15 @@ from dataclasses import dataclass
 
 import torch
 
+from ... import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+import dgl
+import dgl.function as fn
+
+from ...data.registry import load_dataset
+from ...data.user_data import recipe_data_options
 from ...utils.errors import RecipeError
 from ...utils.precision import select_precision
+from ..features import load_features
 from .evaluation import TaskSpec, task_spec
 
 
@@ -34,10 +41,6 @@ class Prepared:
 
 def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False, log=None) -> Prepared:
     """Load the dataset, apply the recipe's graph preprocessing and attach the encoding."""
-    from ...data.registry import load_dataset
-    from ...data.user_data import recipe_data_options
-    from ..features import load_features
-
     data = recipe["data"]
     if dataset is None:
         dataset = load_dataset(data["name"], root=data["root"], **recipe_data_options(data))
@@ -64,8 +67,6 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
 def _undirected(g):
     """Simple symmetric version of ``g`` with its node data (edge data dropped: merged edges have no
     single value)."""
-    import dgl
-
     src, dst = g.edges()
     plain = dgl.to_bidirected(dgl.remove_self_loop(dgl.graph((src, dst), num_nodes=g.num_nodes())))
     for key, value in g.ndata.items():
@@ -75,8 +76,6 @@ def _undirected(g):
 
 def _edge_mean_features(g, key: str):
     """``ndata["feat_from_edges"]``: mean of each node's incoming edge features (zeros if none)."""
-    import dgl.function as fn
-
     if key not in g.edata:
         raise RecipeError(f"data.node_feat_from_edges: the graphs have no edge features edata[{key!r}]")
     g = g.clone()
@@ -97,8 +96,6 @@ def describe(prepared: Prepared) -> str:
 
 def graph_batches(prepared: Prepared, indices: torch.Tensor, batch_size: int):
     """``(batched graph, PE rows or None, targets)`` for consecutive groups of ``indices``."""
-    import dgl
-
     indices = indices.tolist()
     for start in range(0, len(indices), batch_size):
         idx = indices[start:start + batch_size]

@@ -68,7 +68,7 @@ class TaskSpec:
         return score(self.metric, y_true, y_pred)
 
     def _ogb_score(self, y_true, y_pred) -> float:
-        if self._evaluator is None:
+        if self._evaluator is None:  # ogb: a heavy import, for OGB datasets only
             if self.level == "graph":
                 from ogb.graphproppred import Evaluator
             else:
@@ -103,7 +103,7 @@ def task_spec(dataset, loss: str = "auto", metric: str | None = None) -> TaskSpe
 def _ogb_name(name: str) -> str | None:
     if not name.startswith(("ogbg-", "ogbn-")):
         return None
-    import pandas as pd
+    import pandas as pd  # pandas and ogb: heavy imports, for OGB datasets only
     from ogb import graphproppred
 
     kind = "graphproppred" if name.startswith("ogbg-") else "nodeproppred"

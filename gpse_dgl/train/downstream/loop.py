@@ -17,6 +17,9 @@ from pathlib import Path
 
 import torch
 
+from ... import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
+import dgl
+
 from ...utils import distributed as dist_utils
 from ...utils.precision import to_accumulation
 from .. import checkpoint as ckpt
@@ -66,7 +69,7 @@ class Trainer:
     # -- the loop ------------------------------------------------------------------------------
 
     def fit(self, state: RunState, progress: bool, title: str, on_epoch_end) -> str:
-        from torch.utils.tensorboard import SummaryWriter
+        from torch.utils.tensorboard import SummaryWriter  # tensorboard: a heavy import, for training runs only
 
         num_epochs, started = self.general["num_epochs"], time.perf_counter()
         limit = self.general["time_limit_minutes"]
@@ -191,8 +194,6 @@ class Trainer:
     def _sampled_outputs(self, nodes: torch.Tensor, batch_size: int, key: tuple, shuffle: bool,
                          dropout_seed: int | None = None):
         """``(raw outputs, targets)`` per mini-batch of ``nodes`` on DGL neighbour-sampled blocks."""
-        import dgl
-
         g = self.prepared.graphs[0]
         dgl.seed(derive_seed(self.plan.seed, *key) % (2**31 - 1))  # DGL takes a 32-bit seed
         torch.manual_seed(derive_seed(self.plan.seed, *key, "order"))

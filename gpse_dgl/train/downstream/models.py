@@ -13,6 +13,9 @@ import inspect
 
 import torch
 
+from ...nn.feature_encoders import ConstantEncoder
+from ...nn.models import MODEL_REGISTRY, build_model
+from ...nn.pe_encoder import PEEncoder
 from ...utils.errors import RecipeError
 from ..runtime import first_line
 from .data import Prepared
@@ -26,8 +29,6 @@ def build_downstream_model(recipe: dict, prepared: Prepared) -> tuple[torch.nn.M
 
 def model_config(model_recipe: dict, prepared: Prepared) -> dict:
     """Plain-dict description of the model (stored in checkpoints; :func:`model_from_config` builds it)."""
-    from ...nn.models import MODEL_REGISTRY
-
     name = model_recipe["name"].lower()
     cls = MODEL_REGISTRY[name]
     pe = model_recipe["pe"]
@@ -66,9 +67,6 @@ def model_from_config(config: dict) -> torch.nn.Module:
     ``pe_only`` (``dim_pe == dim_hidden`` on a dataset without node features) makes the PE encoder the
     node encoder, as GraphGPS does with ``expand_x=False``; the model then takes the PE as ``node_feat``.
     """
-    from ...nn.models import build_model
-    from ...nn.pe_encoder import PEEncoder
-
     kwargs = dict(config["kwargs"])
     if config["pe_encoder"] is not None:
         encoder = PEEncoder(**config["pe_encoder"])
@@ -136,8 +134,6 @@ def _num_types(prepared: Prepared, info_key: str, values: list) -> int:
 
 
 def uses_edge_features(model) -> bool:
-    from ...nn.feature_encoders import ConstantEncoder
-
     return model.edge_encoder is not None and not isinstance(model.edge_encoder, ConstantEncoder)
 
 

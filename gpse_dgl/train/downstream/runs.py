@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from ...data.synthetic import stratified_kfold
 from ...utils.errors import RecipeError
 from .evaluation import SPLITS
 
@@ -41,8 +42,6 @@ def plan_runs(dataset, recipe: dict, seeds: Sequence[int]) -> list[RunPlan]:
         return [RunPlan(seed, repeat, None, splits) for repeat, seed in enumerate(seeds)]
     if dataset.task != "graph" or dataset.task_type != "multiclass":
         raise RecipeError("data.evaluation: stratified cross-validation needs a graph classification dataset")
-    from ...data.synthetic import stratified_kfold
-
     plans = []
     folds_per_repeat = min(data["cv_folds"], data["max_folds"] or data["cv_folds"])
     for repeat, seed in enumerate(seeds):
