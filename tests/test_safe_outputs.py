@@ -49,8 +49,10 @@ WRITER = """
 """
 
 SLOW_WRITER = """
-    import os, sys, time
+    import os, signal, sys, time
     from gpse_dgl.utils.io import atomic_path
+    # Ctrl-C as in a foreground process: a job a shell starts in the background inherits SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     target = sys.argv[1]
     with atomic_path(target) as tmp:
         with open(tmp, "wb") as handle:
