@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Held-out R^2 of a pretrained GPSE checkpoint, per PSE (the paper's table ``pse_perf``) and per column.
 
-Evaluates a pretraining checkpoint (``best.pt`` / ``last.pt`` of ``gpse-dgl pretrain``, or the shipped
-``gpse_dgl/assets/gpse_quickstart.pt``) on the validation and test splits of its recipe's data, with the
-metric of :mod:`gpse_dgl.train.metrics` (the authors' ``eval_r2``). Besides the seeded random input
-features that ``gpse-dgl pretrain`` evaluates with, it can score two diagnostics of how much the model
-uses its random input:
+Evaluates a pretraining checkpoint (``best.pt`` / ``last.pt`` of ``gpse-dgl pretrain``, or a shipped model
+by name: ``rdkit-base``, the default, or ``quickstart``) on the validation and test splits of its recipe's
+data, with the metric of :mod:`gpse_dgl.train.metrics` (the authors' ``eval_r2``). Besides the seeded
+random input features that ``gpse-dgl pretrain`` evaluates with, it can score two diagnostics of how much
+the model uses its random input:
 
 * ``--input zeros``: every input feature 0 (a model that ignores its random input scores the same);
 * ``--input mean-of-K``: predictions averaged over K independent draws.
@@ -15,7 +15,8 @@ column scorable, so that columns decided by a handful of graphs are visible.
 
 Run::
 
-    python benchmarks/pretrain_quality.py                                   # shipped quickstart model
+    python benchmarks/pretrain_quality.py                                   # shipped default model
+    python benchmarks/pretrain_quality.py --checkpoint quickstart --input seeded --input zeros
     python benchmarks/pretrain_quality.py --checkpoint runs/quickstart/best.pt --columns
     python benchmarks/pretrain_quality.py --input seeded --input zeros --input mean-of-8
 """
@@ -77,7 +78,7 @@ def scored_graphs(collection, num_node_columns: int) -> list[int]:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", default=None,
-                        help="pretraining checkpoint (default: the shipped quickstart model)")
+                        help="pretraining checkpoint: a file or a shipped model's name (default: the shipped default model)")
     parser.add_argument("--input", action="append", default=None,
                         help="seeded (default), zeros or mean-of-K; repeat to compare")
     parser.add_argument("--columns", action="store_true", help="also print the R^2 of every column")
@@ -85,9 +86,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from gpse_dgl.encode.loading import default_checkpoint_path
+    from gpse_dgl.encode.models import resolve_checkpoint
 
-    path = args.checkpoint or str(default_checkpoint_path())
+    path = str(resolve_checkpoint(args.checkpoint)[0])
     payload = ckpt.load_pretrain_checkpoint(path)
     recipe = validate_recipe(payload["recipe"], source=path)
     data = build_pretraining_data(recipe["data"], log=lambda *a: None)

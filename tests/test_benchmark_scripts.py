@@ -64,3 +64,14 @@ def test_pretrain_sizing_reports_each_size(capsys):
     out = capsys.readouterr().out
     assert "targets: 500 graphs" in out
     assert "| 2 x 8 |" in out and "| 3 x 16 |" in out
+
+
+def test_shipped_models_times_each_model_and_precision(capsys):
+    _script("shipped_models").main(["--limit", "8", "--batch-size", "4", "--repeats", "1",
+                                    "--precisions", "fp32,bf16"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and "x |" in line]
+    assert [row.split("|")[1].strip() for row in rows] == ["quickstart"] * 2 + ["rdkit-base"] * 2
+    first, *_ = rows
+    assert "1.00x" in first and first.rstrip(" |").endswith("1.0000")
+    bf16_cosine = float(rows[1].rstrip(" |").split("|")[-1])
+    assert 0.5 < bf16_cosine <= 1.0

@@ -8,6 +8,7 @@ import dgl
 
 from _cli import run_cli
 from gpse_dgl.encode import encode, load_gpse
+from gpse_dgl.encode.models import DEFAULT_MODEL
 from gpse_dgl.nn.gpse import GPSE
 
 SMILES = ["CCO", "c1ccccc1", "not-a-smiles", "CC(=O)Nc1ccc(O)cc1", "C1CC1C(=O)O"]
@@ -122,7 +123,7 @@ def test_default_checkpoint_is_named(tmp_path, checkpoint, capsys, monkeypatch):
     monkeypatch.setattr(loading, "default_checkpoint_path", lambda: checkpoint)
     code, _, err = _run(["encode", "--smiles", str(smi), "--out", str(tmp_path / "o.bin")], capsys)
     assert code == 0, err
-    assert f"model: {checkpoint} (shipped default" in err and "quickstart" in err
+    assert f"model: {checkpoint} (shipped default" in err and DEFAULT_MODEL in err
     monkeypatch.setattr(loading, "default_checkpoint_path", lambda: tmp_path / "absent.pt")
     code, _, err = _run(["encode", "--smiles", str(smi), "--out", str(tmp_path / "o.bin")], capsys)
     assert code == 2 and "shipped default" in err and "--checkpoint" in err

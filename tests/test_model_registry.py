@@ -17,8 +17,8 @@ from test_encode_cli import _run
 from gpse_dgl.encode import load_gpse
 from gpse_dgl.encode.fetch import ModelDownloadError, fetch_model
 from gpse_dgl.encode.models import (
-    ModelNotFetchedError, ModelSpec, UnknownModelError, available_models, get_model, models_dir,
-    register_model, resolve_checkpoint, unregister_model)
+    DEFAULT_MODEL, ModelNotFetchedError, ModelSpec, UnknownModelError, available_models, get_model,
+    model_path, models_dir, register_model, resolve_checkpoint, unregister_model)
 
 AUTHORS = ("molpcba", "zinc", "pcqm4mv2", "geom", "chembl")
 
@@ -92,6 +92,17 @@ def test_registry_has_the_shipped_and_the_authors_models():
     assert get_model("QuickStart").shipped
 
 
+@pytest.mark.parametrize("name", [DEFAULT_MODEL, "quickstart"])
+def test_shipped_models_load_with_their_registered_size(name):
+    """Each shipped asset is the model its registry entry describes, and small enough to ship (<= 25 MB)."""
+    spec = get_model(name)
+    path = model_path(spec)
+    assert spec.shipped and path.stat().st_size <= 25 * 2**20
+    model = load_gpse(name)
+    assert (model.num_layers, model.dim_hidden) == (spec.num_layers, spec.dim_hidden)
+    assert model.checkpoint_info.name == name
+
+
 def test_registered_urls_are_the_ones_pyg_uses():
     from torch_geometric.nn.models.gpse import GPSE as PyGGPSE
 
@@ -155,7 +166,7 @@ def test_offline_is_one_line_naming_where_to_put_the_file(standin):
 
 def test_cli_lists_fetches_and_encodes_by_name(standin, tmp_path, capsys):
     code, out, _ = _run(["models"], capsys)
-    assert code == 0 and "quickstart (default)" in out and "standin" in out and "zenodo.org" in out
+    assert code == 0 and f"{DEFAULT_MODEL} (default)" in out and "standin" in out and "zenodo.org" in out
     code, out, err = _run(["models", "fetch", "standin"], capsys)
     assert code == 0 and "verified" in out, err
     smi = tmp_path / "m.smi"

@@ -166,8 +166,9 @@ def test_bf16_encodings_of_a_paper_size_model(quiet_bf16, backend, count):
 
 @pytest.mark.parametrize("count", [100, pytest.param(None, marks=_SLOW)])
 @pytest.mark.parametrize("backend", ["dgl", "torch"])
-def test_bf16_encodings_of_the_shipped_model(quiet_bf16, backend, count):
-    model = load_gpse()
+@pytest.mark.parametrize("name", ["rdkit-base", "quickstart"])
+def test_bf16_encodings_of_the_shipped_models(quiet_bf16, backend, count, name):
+    model = load_gpse(name)
     model.backend = backend
     graphs = _molecules(count)
     ref = torch.cat(encode_dataset(model, graphs, batch_size=200, progress=False))

@@ -203,7 +203,7 @@ def load_gpse(path: str | os.PathLike | None = None, device="cpu", backend: str 
     Examples
     --------
     >>> model = load_gpse("gpse_model_molpcba_1.0.pt")        # doctest: +SKIP
-    >>> model = load_gpse()            # the shipped quickstart model  # doctest: +SKIP
+    >>> model = load_gpse()            # the shipped default model (rdkit-base)  # doctest: +SKIP
     """
     default, spec = path is None, None
     if default:
@@ -225,7 +225,7 @@ def load_gpse(path: str | os.PathLike | None = None, device="cpu", backend: str 
     model.checkpoint_info = CheckpointInfo(str(path), fmt, default, name)
     message = f"GPSE encoder: {model.checkpoint_info.describe(model)}"
     if default:
-        logger.warning("no checkpoint given, using the small model shipped with gpse-dgl: %s", message)
+        logger.warning("no checkpoint given, using the default model shipped with gpse-dgl: %s", message)
     else:
         logger.info(message)
     return model

@@ -7,9 +7,13 @@ path always wins over a name, so a file called ``molpcba`` in the working direct
 
 Registered here:
 
+``rdkit-base``
+    The 16 x 256 model of ``recipes/rdkit-base.yaml`` on every molecule set shipped inside RDKit
+    (``rdkit-molecules``), shipped in ``gpse_dgl/assets``: the default when no checkpoint is given.
 ``quickstart``
     The 12 x 64 model of ``recipes/quickstart.yaml`` on RDKit's NCI skeletons, shipped in
-    ``gpse_dgl/assets`` (the default when no checkpoint is given).
+    ``gpse_dgl/assets``: small and fast, but it ignores its random input (a colour-refinement feature
+    extractor rather than GPSE; ``benchmarks/RESULTS.md``).
 ``molpcba``, ``zinc``, ``pcqm4mv2``, ``geom``, ``chembl``
     The authors' 20 x 512 models (Cantürk et al., ICML 2024), Zenodo record 8145095, files
     ``gpse_model_<name>_1.0.pt``, at the URLs PyG's ``torch_geometric.nn.GPSE.from_pretrained`` uses.
@@ -22,6 +26,8 @@ Example
 >>> from gpse_dgl.encode.models import get_model, available_models
 >>> available_models()[:3]
 ['chembl', 'geom', 'molpcba']
+>>> DEFAULT_MODEL
+'rdkit-base'
 >>> get_model("molpcba").file_name
 'gpse_model_molpcba_1.0.pt'
 """
@@ -37,7 +43,7 @@ from ..utils.errors import CheckpointError, GPSEError
 __all__ = ["ModelSpec", "UnknownModelError", "ModelNotFetchedError", "register_model", "available_models",
            "get_model", "models_dir", "model_path", "resolve_checkpoint", "DEFAULT_MODEL", "CACHE_ENV"]
 
-DEFAULT_MODEL = "quickstart"
+DEFAULT_MODEL = "rdkit-base"
 _ZENODO = "https://zenodo.org/record/8145095/files/"
 
 
@@ -166,7 +172,13 @@ _AUTHORS_DATA = {
 
 def _register_builtins() -> None:
     register_model(ModelSpec(
-        name=DEFAULT_MODEL, num_layers=12, dim_hidden=64, format="gpse-dgl", file_name="gpse_quickstart.pt",
+        name="rdkit-base", num_layers=16, dim_hidden=256, format="gpse-dgl", file_name="gpse_rdkit_base.pt",
+        training_data="rdkit-molecules: 13,893 unique skeletons of every molecule file shipped with RDKit "
+                      "+ ring-edited copies",
+        heldout_r2="0.961 test / 0.962 val (benchmarks/RESULTS.md section 2d)",
+        source="shipped with gpse-dgl (recipes/rdkit-base.yaml)"))
+    register_model(ModelSpec(
+        name="quickstart", num_layers=12, dim_hidden=64, format="gpse-dgl", file_name="gpse_quickstart.pt",
         training_data="embedded-molecules: 3,071 NCI skeletons shipped with RDKit + ring-edited copies",
         heldout_r2="0.934 test / 0.917 val (benchmarks/RESULTS.md row 32)",
         source="shipped with gpse-dgl (recipes/quickstart.yaml)"))

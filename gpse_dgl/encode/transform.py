@@ -55,7 +55,7 @@ _CACHE_VERSION = 1
 
 
 def resolve_model(model, device=None):
-    """A GPSE module from a module, a checkpoint path or None (the shipped quickstart model)."""
+    """A GPSE module from a module, a checkpoint path or None (the shipped default model)."""
     if isinstance(model, torch.nn.Module):
         return model if device is None else model.to(device)
 
@@ -76,7 +76,7 @@ class AddGPSE:
     ----------
     model : GPSE, str, PathLike or None
         An encoder, a checkpoint path (ours or the authors' ``gpse_model_<name>_1.0.pt``), or None for
-        the small model shipped with gpse-dgl. Loaded once, here.
+        the default model shipped with gpse-dgl. Loaded once, here.
     seed : int
         Seed of the random input features (a graph's encoding depends only on the graph, seed, model).
     samples : int

@@ -1,0 +1,91 @@
+#!/usr/bin/env python
+"""Encoding throughput of the shipped GPSE models, in each precision, against the quickstart model in fp32.
+
+Every shipped model (``gpse-dgl models``: the default ``rdkit-base`` and ``quickstart``) encodes the same
+RDKit molecules (``embedded-molecules``) with ``encode_dataset`` in batches, in each precision of
+``--precisions``; the ratio column is each row's throughput over the first row's (quickstart, fp32),
+measured in the same run. Each row is the best of ``--repeats`` timings, after one untimed warm-up batch.
+A last column gives the smallest cosine between a row's encodings and the same model's fp32 encodings
+(1 for fp32 itself): what the lower precision costs in accuracy.
+
+Usage::
+
+    python benchmarks/shipped_models.py --threads 2
+    python benchmarks/shipped_models.py --threads 1 --clock cpu --precisions fp32 --limit 500
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import CLOCK_HELP, CLOCKS, command_line, load_average, machine_line, markdown_table, set_threads_env, today  # noqa: E402,E501
+
+MODELS = ("quickstart", "rdkit-base")
+
+
+def time_encoding(model, graphs, precision: str, batch_size: int, repeats: int, clock) -> tuple[float, list]:
+    """``(best seconds, encodings)`` of ``encode_dataset`` over ``graphs`` in ``precision``."""
+    from gpse_dgl.encode import encode_dataset
+
+    encode_dataset(model, graphs[:batch_size], batch_size=batch_size, progress=False, precision=precision)
+    best, encodings = float("inf"), None
+    for _ in range(repeats):
+        start = clock()
+        encodings = encode_dataset(model, graphs, batch_size=batch_size, progress=False, precision=precision)
+        best = min(best, clock() - start)
+    return best, encodings
+
+
+def smallest_cosine(encodings, reference) -> float:
+    """Smallest per-node cosine similarity between two lists of encodings of the same graphs."""
+    import torch
+
+    low, ref = torch.cat(encodings), torch.cat(reference)
+    return float(torch.nn.functional.cosine_similarity(low, ref, dim=1).min())
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated (default: %(default)s)")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N molecules")
+    parser.add_argument("--batch-size", type=int, default=256, help="graphs per batch (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=2, help="timings per row, best kept (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None, help="torch / BLAS threads (default: torch's)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help=CLOCK_HELP)
+    args = parser.parse_args(argv)
+    set_threads_env(args.threads)
+
+    import torch
+
+    from gpse_dgl.data.molecules import load_embedded_molecules
+    from gpse_dgl.encode import load_gpse
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    graphs = load_embedded_molecules()
+    graphs = graphs[:args.limit] if args.limit else graphs
+    precisions = [p for p in args.precisions.split(",") if p]
+    rows, base = [], None
+    for name in MODELS:
+        model = load_gpse(name)
+        reference = None
+        for precision in precisions:
+            seconds, encodings = time_encoding(model, graphs, precision, args.batch_size, args.repeats,
+                                               CLOCKS[args.clock])
+            if precision == "fp32":
+                reference = encodings
+            base = base or seconds
+            cosine = "" if reference is None else f"{smallest_cosine(encodings, reference):.4f}"
+            rows.append((name, f"{model.num_layers} x {model.dim_hidden}", precision, f"{seconds:.2f}",
+                         f"{len(graphs) / seconds:,.0f}", f"{base / seconds:.2f}x", cosine))
+    print(markdown_table(["model", "size", "precision", f"{args.clock} s", "graphs/s", "vs first row",
+                          "min cosine vs fp32"], rows))
+    print(f"\n{len(graphs)} molecules ({sum(g.num_nodes() for g in graphs):,} nodes), batch size {args.batch_size}")
+    print(f"{machine_line()}; torch threads {torch.get_num_threads()}; load average {load_average()}; {today()}")
+    print(f"command: {command_line()}")
+
+
+if __name__ == "__main__":
+    main()
