@@ -13,8 +13,9 @@ the paper does not publish its p) totalling about ``--nodes-per-size`` nodes (10
   (the path the dense-only ElstaticPE and HKdiagSE do not have; its RWSE is a seeded estimate on large
   graphs, see :mod:`gpse_dgl.pse.sparse`);
 * ``GPSE encode``: :func:`gpse_dgl.encode.encode` (random input features, virtual node) with the shipped
-  12 x 64 model and, with ``--paper-size`` (default on), a 20 x 512 encoder of the paper's size with
-  random weights (the time does not depend on the weights), once per ``--precisions`` entry.
+  default model (``rdkit-base``, 16 x 256) and, with ``--paper-size`` (default on), a 20 x 512 encoder of
+  the paper's size with random weights (the time does not depend on the weights), once per
+  ``--precisions`` entry.
 
 The figure is log-log with the slope of a least-squares power-law fit per curve (time ~ n^slope);
 dense eigendecompositions go like n^3 per graph, GPSE like its edge count (n at a fixed degree).
@@ -154,7 +155,7 @@ def main(argv=None) -> None:
     parser.add_argument("--precisions", type=lambda s: s.split(","), default=["fp32"],
                         help="GPSE encode precisions, comma-separated (default: fp32; e.g. fp32,bf16)")
     parser.add_argument("--no-paper-size", dest="paper_size", action="store_false",
-                        help="time only the shipped 12 x 64 model, not also a 20 x 512 one")
+                        help="time only the shipped default model, not also a 20 x 512 one")
     parser.add_argument("--repeats", type=int, default=2, help="best of this many runs (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help=CLOCK_HELP)

@@ -66,8 +66,12 @@ def test_er_scaling_runs_on_tiny_sizes(tmp_path, capsys):
     figure = tmp_path / "er.png"
     er_scaling.main(["--sizes", "20,40", "--nodes-per-size", "40", "--no-paper-size", "--repeats", "1",
                      "--threads", "1", "--figure", str(figure)])
+    from gpse_dgl.encode.models import DEFAULT_MODEL, get_model
+
+    shipped = get_model(DEFAULT_MODEL)
     out = capsys.readouterr().out
-    assert "5 PSEs (dense)" in out and "3 PSEs (sparse path)" in out and "12 x 64 (shipped), fp32" in out
+    assert "5 PSEs (dense)" in out and "3 PSEs (sparse path)" in out
+    assert f"{shipped.num_layers} x {shipped.dim_hidden} (shipped), fp32" in out
     assert_png(figure)
 
 
