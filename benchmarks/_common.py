@@ -27,6 +27,28 @@ def set_threads_env(threads: int | None) -> None:
             os.environ[var] = str(threads)
 
 
+def add_molecule_timing_options(parser, default_limit_help: str = "only the first N molecules") -> None:
+    """``--limit``, ``--batch-size``, ``--threads`` and ``--clock`` of the scripts that time encoding RDKit's
+    embedded molecules."""
+    parser.add_argument("--limit", type=int, default=None, help=default_limit_help)
+    parser.add_argument("--batch-size", type=int, default=256, help="graphs per batch (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None, help="torch / BLAS threads (default: torch's)")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help=CLOCK_HELP)
+
+
+def timing_molecules(threads: int | None, limit: int | None) -> list:
+    """The embedded molecules (the first ``limit``), with torch set to ``threads`` threads; call after
+    :func:`set_threads_env`."""
+    import torch
+
+    from gpse_dgl.data.molecules import load_embedded_molecules
+
+    if threads:
+        torch.set_num_threads(threads)
+    graphs = load_embedded_molecules()
+    return graphs[:limit] if limit else graphs
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, in MiB."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

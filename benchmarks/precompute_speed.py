@@ -28,7 +28,8 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CLOCK_HELP, CLOCKS, command_line, load_average, machine_line, markdown_table, set_threads_env, today  # noqa: E402,E501
+from _common import (CLOCKS, add_molecule_timing_options, command_line, load_average, machine_line,  # noqa: E402
+                     markdown_table, set_threads_env, timing_molecules, today)
 
 
 def _fresh(graphs):
@@ -72,24 +73,16 @@ def measure(graphs, model, batch_size: int, clock) -> tuple[list, float]:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="only the first 300 molecules")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N molecules")
     parser.add_argument("--checkpoint", default=None, help="GPSE checkpoint (default: the shipped model)")
-    parser.add_argument("--batch-size", type=int, default=256, help="graphs per batch (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=None, help="torch / BLAS threads (default: torch's)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help=CLOCK_HELP)
+    add_molecule_timing_options(parser)
     args = parser.parse_args(argv)
     set_threads_env(args.threads)
 
     import torch
 
-    from gpse_dgl.data.molecules import load_embedded_molecules
     from gpse_dgl.encode import describe_checkpoint, load_gpse
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    graphs = load_embedded_molecules()
-    limit = args.limit or (300 if args.quick else None)
-    graphs = graphs[:limit] if limit else graphs
+    graphs = timing_molecules(args.threads, args.limit or (300 if args.quick else None))
     model = load_gpse(args.checkpoint)
     rows, parity = measure(graphs, model, args.batch_size, CLOCKS[args.clock])
     print(markdown_table(["way", f"{args.clock} s", "graphs/s", "vs per graph"], rows))

@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import CLOCK_HELP, CLOCKS, command_line, load_average, machine_line, markdown_table, set_threads_env, today  # noqa: E402,E501
+from _common import (CLOCKS, add_molecule_timing_options, command_line, load_average, machine_line,  # noqa: E402
+                     markdown_table, set_threads_env, timing_molecules, today)
 
 MODELS = ("quickstart", "rdkit-base")
 
@@ -49,23 +50,16 @@ def smallest_cosine(encodings, reference) -> float:
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated (default: %(default)s)")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N molecules")
-    parser.add_argument("--batch-size", type=int, default=256, help="graphs per batch (default: %(default)s)")
     parser.add_argument("--repeats", type=int, default=2, help="timings per row, best kept (default: %(default)s)")
-    parser.add_argument("--threads", type=int, default=None, help="torch / BLAS threads (default: torch's)")
-    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help=CLOCK_HELP)
+    add_molecule_timing_options(parser)
     args = parser.parse_args(argv)
     set_threads_env(args.threads)
 
     import torch
 
-    from gpse_dgl.data.molecules import load_embedded_molecules
     from gpse_dgl.encode import load_gpse
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    graphs = load_embedded_molecules()
-    graphs = graphs[:args.limit] if args.limit else graphs
+    graphs = timing_molecules(args.threads, args.limit)
     precisions = [p for p in args.precisions.split(",") if p]
     rows, base = [], None
     for name in MODELS:
