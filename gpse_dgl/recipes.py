@@ -145,6 +145,10 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                          choices=("sum", "mean", "max")),
         "backend": Field("choice", "auto", "message passing: dgl kernels, plain torch, or auto",
                          choices=("auto", "dgl", "torch")),
+        "init_from": Field("str", None, "start from the weights of this gpse-dgl pretraining checkpoint "
+                           "(a path, or a model name from `gpse-dgl models`) instead of a random "
+                           "initialisation; the optimiser and the schedule start afresh. The model "
+                           "keys above must match the checkpoint's", nullable=True),
     },
     "general_pipeline": {
         "num_epochs": Field("int", 120, "training epochs", minimum=1),

@@ -389,3 +389,66 @@ def test_no_fit_when_the_recipe_fits_in_time(tmp_path, cache_dir, monkeypatch):
     summary = run(fitted_recipe(tmp_path / "run", cache_dir, num_epochs=4))
     assert summary["num_epochs"] == 4 and not summary["fitted_to_time_limit"]
     assert summary["epochs_completed"] == 4
+
+
+# ------------------------------------------------------------------ model.init_from
+
+
+def with_init(recipe: dict, init_from) -> dict:
+    recipe = copy.deepcopy(recipe)
+    recipe["model"]["init_from"] = str(init_from)
+    return validate_recipe(recipe, "test")
+
+
+def test_init_from_starts_from_the_checkpoint_weights(tmp_path, cache_dir, monkeypatch):
+    first = run(tiny_recipe(tmp_path / "first", cache_dir, num_epochs=1))
+    started_with = {}
+    real_build = pretrain_module.build_optimizer
+
+    def record_initial_weights(model, optimizer_recipe):  # called right after the weights are set
+        started_with.update({k: v.detach().clone() for k, v in model.state_dict().items()})
+        return real_build(model, optimizer_recipe)
+
+    monkeypatch.setattr(pretrain_module, "build_optimizer", record_initial_weights)
+    lines = []
+    recipe = with_init(tiny_recipe(tmp_path / "second", cache_dir, num_epochs=1), first["paths"]["best_checkpoint"])
+    second = pretrain(recipe, progress=False, log=lines.append)
+    saved = load_pretrain_checkpoint(first["paths"]["best_checkpoint"])["model_state"]
+    assert started_with.keys() == saved.keys()
+    assert all(torch.equal(started_with[k], saved[k]) for k in saved)
+    assert any(line.startswith("init: weights from") and "after epoch 1" in line for line in lines), lines
+    # a fresh optimiser: the second run's schedule starts at its own warm-up, not where the first ended
+    assert second["history"][0]["lr"] < 0.01 and second["epochs_completed"] == 1
+
+
+def test_init_from_another_model_shape_is_refused(tmp_path, cache_dir):
+    first = run(tiny_recipe(tmp_path / "first", cache_dir, num_epochs=1))
+    wider = with_init(tiny_recipe(tmp_path / "wider", cache_dir), first["paths"]["best_checkpoint"])
+    wider["model"]["dim_hidden"] = 24
+    with pytest.raises(CheckpointError, match=r"model.init_from: .*dim_hidden: checkpoint 16, recipe 24"):
+        run(wider)
+    assert not (tmp_path / "wider" / "last.pt").exists()
+
+
+@pytest.mark.parametrize("target, message", [
+    ("missing.pt", "checkpoint not found"),
+    ("corrupt.pt", "not a readable checkpoint"),
+    ("no-such-model", "unknown model 'no-such-model'"),
+])
+def test_bad_init_from_fails_before_the_data_is_built(tmp_path, cache_dir, monkeypatch, target, message):
+    (tmp_path / "corrupt.pt").write_bytes(b"PK\x03\x04 truncated")
+    init = target if target == "no-such-model" else tmp_path / target
+    monkeypatch.setattr(pretrain_module, "build_pretraining_data",
+                        lambda *a, **k: pytest.fail("the data was built before init_from was checked"))
+    with pytest.raises(Exception, match=f"model.init_from: .*{message}"):
+        run(with_init(tiny_recipe(tmp_path / "run", cache_dir), init))
+
+
+def test_resume_ignores_init_from(tmp_path, cache_dir):
+    first = run(tiny_recipe(tmp_path / "first", cache_dir, num_epochs=1))
+    recipe = with_init(tiny_recipe(tmp_path / "second", cache_dir, num_epochs=1), first["paths"]["best_checkpoint"])
+    run(recipe)
+    (tmp_path / "first" / "best.pt").unlink()  # resuming reads last.pt only
+    recipe["general_pipeline"]["num_epochs"] = 2
+    resumed = run(recipe, resume=True, allow_recipe_change=True)
+    assert resumed["epochs_completed"] == 2

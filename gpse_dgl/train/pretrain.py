@@ -37,12 +37,13 @@ import torch
 
 from .. import _env  # noqa: F401
 from ..data.cache import default_cache_dir
+from ..encode.models import resolve_checkpoint
 from ..nn.gpse import GPSEForPretraining
 from ..nn.loss import gpse_loss
 from ..nn.random_features import random_node_features
 from ..recipes import dump_recipe, validate_recipe
 from ..utils import distributed as dist_utils
-from ..utils.errors import CheckpointError
+from ..utils.errors import CheckpointError, GPSEError
 from ..utils.io import atomic_write_text
 from ..utils.precision import autocast
 from ..utils import checkpoint as ckpt
@@ -154,11 +155,18 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     general = recipe["general_pipeline"]
     device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
     mixed = MixedPrecision(general["precision"], device)  # a precision the device lacks fails here
+    # read before the data is built, so that a missing or corrupt file fails in seconds; resuming
+    # takes its weights from last.pt instead
+    init = load_initial_weights(recipe["model"]["init_from"]) if recipe["model"]["init_from"] and not resume \
+        else None
     data = build_pretraining_data(recipe["data"], progress=progress, log=log)
     log(f"data: {describe_sizes(data)}; ready after {time.perf_counter() - started:.1f} s")
     model_config = model_config_from_recipe(recipe["model"], data)
     torch.manual_seed(derive_seed(recipe["seed"], "init"))
-    model = build_model(model_config, recipe["model"]["backend"]).to(device)
+    model = build_model(model_config, recipe["model"]["backend"])
+    if init is not None:
+        log(initialise_from(model, model_config, *init))
+    model = model.to(device)
     optimizer = build_optimizer(model, general["optimizer"])
     steps_per_epoch = data_parallel.num_global_batches(len(data.splits["train"]), general["batch_size"], ctx)
     scheduler = build_schedule(optimizer, general, steps_per_epoch)
@@ -219,6 +227,35 @@ def model_config_from_recipe(model_recipe: dict, data: PretrainingData) -> dict:
 def build_model(model_config: dict, backend: str | None = None) -> torch.nn.Module:
     """``GPSEForPretraining`` from a :func:`model_config_from_recipe` config."""
     return GPSEForPretraining.from_config(model_config, backend=backend)
+
+
+def load_initial_weights(name_or_path: str) -> tuple[Path, dict]:
+    """``(file, payload)`` of the pretraining checkpoint that ``model.init_from`` names (a path or a
+    registered model name); one-line errors for unknown names and missing, corrupt or foreign files."""
+    try:
+        path, _ = resolve_checkpoint(name_or_path)
+        return path, ckpt.load_pretrain_checkpoint(path)
+    except GPSEError as exc:  # unknown name, model not fetched, missing / corrupt / foreign file
+        raise type(exc)(f"model.init_from: {exc}") from None
+
+
+def initialise_from(model: torch.nn.Module, model_config: dict, path: Path, payload: dict) -> str:
+    """Load ``payload``'s weights into ``model`` (built from ``model_config``); return a line for the log.
+
+    The checkpoint must describe the same model (layers, widths and the target columns its heads
+    predict): continuing a pretraining with another shape is not a warm start but a new model.
+    """
+    if payload["model_config"] != model_config:
+        difference = _first_difference(payload["model_config"], model_config, "model_config")
+        raise CheckpointError(f"model.init_from: {path}: model differs from the recipe's ({difference})")
+    try:
+        model.load_state_dict(payload["model_state"])
+    except RuntimeError as exc:
+        raise CheckpointError(f"model.init_from: {path}: {first_line(exc)}") from None
+    trained = f"after epoch {payload['epoch']}" if "epoch" in payload else "epoch unknown"
+    score = payload.get("best_metric")
+    score = f", validation R^2 {score:.4f}" if isinstance(score, float) and math.isfinite(score) else ""
+    return f"init: weights from {path} ({trained}{score}); optimiser and schedule start afresh"
 
 
 def build_optimizer(model: torch.nn.Module, optimizer_recipe: dict) -> torch.optim.Optimizer:
