@@ -187,3 +187,27 @@ def test_gated_sum_default_backend_is_torch(monkeypatch):
     assert type(ops.gated_sum(g, k, q, v).grad_fn).__name__ == "_GatedSumBackward"
     monkeypatch.setenv("GPSE_DGL_BACKEND", "dgl")
     assert type(ops.gated_sum(g, k, q, v).grad_fn).__name__ != "_GatedSumBackward"
+
+
+@pytest.mark.parametrize("op", ["copy_u", "copy_v", "u_add_v", "copy_u_sum", "copy_u_mean", "u_mul_e_sum"])
+def test_low_precision_gradients_of_a_hub_add_up_in_float32(op):
+    # one node read by 1,024 edges: its gradient is a sum of 1,024 ones, which bf16 cannot reach by
+    # adding one term at a time (it stops at 256 or 512); both backends must return ~1,024
+    n = 1025
+    hub_out = dgl.graph((torch.zeros(1024, dtype=torch.int64), torch.arange(1, n)), num_nodes=n)
+    graph = dgl.reverse(hub_out) if op == "copy_v" else hub_out  # copy_v reads destinations
+    for backend in ("dgl", "torch"):
+        feat = torch.ones(n, 2, requires_grad=True)
+        edge = torch.ones(graph.num_edges(), 2)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low = feat.to(torch.bfloat16)
+            if op in ("copy_u", "copy_v"):
+                out = getattr(ops, op)(graph, low, backend=backend)
+            elif op == "u_add_v":
+                out = ops.u_add_v(graph, low, low, backend=backend)
+            elif op == "u_mul_e_sum":
+                out = ops.u_mul_e_sum(graph, low, edge.to(torch.bfloat16), backend=backend)
+            else:
+                out = getattr(ops, op)(graph, low, backend=backend)
+        out.float().sum().backward()
+        assert feat.grad[0, 0].item() == pytest.approx(1024, rel=1e-2), (op, backend)

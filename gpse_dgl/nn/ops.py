@@ -17,7 +17,9 @@ index is copied to the tensors' device once and cached on the graph object.
 Low precision: sums over edges or rows (aggregations, readouts, softmax denominators) accumulate in
 float32 when their inputs are bf16 or fp16 (:func:`gpse_dgl.utils.precision.accumulation_dtype`) and
 return float32, so under ``torch.autocast`` only the dense products around them run in low precision.
-Per-edge results without a sum (``u_add_v``, ``copy_u``) keep their inputs' dtype.
+Per-edge results without a sum (``u_add_v``, ``copy_u``) keep their inputs' dtype. The same holds
+backwards: the gradient of a gathered row adds up over every edge that read it, and the torch backend
+adds it in float32 too.
 
 Example
 -------
@@ -92,6 +94,16 @@ def _scatter_sum(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.
     return out.index_add_(0, index, values)
 
 
+def _gather(feat: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """``feat[index]`` in float32 for bf16 / fp16 ``feat``.
+
+    The backward of an index adds up the gradients of every edge that read a row, in the dtype of the
+    indexed tensor; in bf16 such a sum stops growing after a few hundred terms of one sign (a node of
+    degree 1,024 gets half its gradient), so low-precision rows are gathered from a float32 copy.
+    """
+    return to_accumulation(feat)[index]
+
+
 def _dgl_kernel(kernel, graph, *tensors):
     """``kernel(graph on the tensors' device, *tensors)`` with float32 accumulation.
 
@@ -109,7 +121,7 @@ def u_add_v(graph, src_feat, dst_feat, backend=None):
     if resolve_backend(backend, src_feat.device) == "dgl":
         return dgl.ops.u_add_v(_dgl_graph_on(graph, src_feat.device), src_feat, dst_feat)
     src, dst = edge_index(graph, src_feat.device)
-    return src_feat[src] + dst_feat[dst]
+    return (_gather(src_feat, src) + _gather(dst_feat, dst)).to(torch.promote_types(src_feat.dtype, dst_feat.dtype))
 
 
 def u_dot_v(graph, src_feat, dst_feat, backend=None):
@@ -123,13 +135,13 @@ def u_dot_v(graph, src_feat, dst_feat, backend=None):
 def copy_u(graph, src_feat, backend=None):
     """Per edge ``src_feat[u]``."""
     src, _ = edge_index(graph, src_feat.device)
-    return src_feat[src]
+    return _gather(src_feat, src).to(src_feat.dtype)
 
 
 def copy_v(graph, dst_feat, backend=None):
     """Per edge ``dst_feat[v]``."""
     _, dst = edge_index(graph, dst_feat.device)
-    return dst_feat[dst]
+    return _gather(dst_feat, dst).to(dst_feat.dtype)
 
 
 def copy_u_sum(graph, src_feat, backend=None):
@@ -137,7 +149,7 @@ def copy_u_sum(graph, src_feat, backend=None):
     if resolve_backend(backend, src_feat.device) == "dgl":
         return _dgl_kernel(dgl.ops.copy_u_sum, graph, src_feat)
     src, dst = edge_index(graph, src_feat.device)
-    return _scatter_sum(src_feat[src], dst, graph.num_dst_nodes())
+    return _scatter_sum(_gather(src_feat, src), dst, graph.num_dst_nodes())
 
 
 def copy_u_mean(graph, src_feat, backend=None):
@@ -162,7 +174,7 @@ def u_mul_e_sum(graph, src_feat, edge_feat, backend=None):
     if resolve_backend(backend, src_feat.device) == "dgl":
         return _dgl_kernel(dgl.ops.u_mul_e_sum, graph, src_feat, edge_feat)
     src, dst = edge_index(graph, src_feat.device)
-    return _scatter_sum(src_feat[src] * edge_feat, dst, graph.num_dst_nodes())
+    return _scatter_sum(_gather(src_feat, src) * to_accumulation(edge_feat), dst, graph.num_dst_nodes())
 
 
 def in_degrees(graph, device) -> torch.Tensor:
