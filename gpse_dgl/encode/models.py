@@ -175,8 +175,8 @@ def _register_builtins() -> None:
         name="rdkit-base", num_layers=16, dim_hidden=256, format="gpse-dgl", file_name="gpse_rdkit_base.pt",
         training_data="rdkit-molecules: 13,893 unique skeletons of every molecule file shipped with RDKit "
                       "+ ring-edited copies",
-        heldout_r2="0.961 test / 0.962 val (benchmarks/RESULTS.md section 2d)",
-        source="shipped with gpse-dgl (recipes/rdkit-base.yaml)"))
+        heldout_r2="0.972 test / 0.975 val (benchmarks/RESULTS.md section 2d)",
+        source="shipped with gpse-dgl (recipes/rdkit-base.yaml, then rdkit-base-stage2.yaml and -stage3.yaml)"))
     register_model(ModelSpec(
         name="quickstart", num_layers=12, dim_hidden=64, format="gpse-dgl", file_name="gpse_quickstart.pt",
         training_data="embedded-molecules: 3,071 NCI skeletons shipped with RDKit + ring-edited copies",
