@@ -83,3 +83,20 @@ def test_info_names_each_dgl_library():
     for name in ("libdgl", "tensoradapter", "graphbolt"):
         assert f"\n  {name:<13} " in result.output
     assert "  libdgl        loaded (" in result.output
+
+
+@pytest.mark.parametrize("forced, expected", [(None, "'dgl' backend\n"),
+                                              ("torch", "'torch' backend (set by GPSE_DGL_BACKEND)\n")])
+def test_info_names_the_backend_the_ops_will_use(monkeypatch, forced, expected):
+    from click.testing import CliRunner
+
+    from gpse_dgl.cli import cli
+
+    if forced is None:
+        monkeypatch.delenv("GPSE_DGL_BACKEND", raising=False)
+    else:
+        monkeypatch.setenv("GPSE_DGL_BACKEND", forced)
+    result = CliRunner().invoke(cli, ["info"])
+    assert result.exit_code == 0, result.output
+    cpu_line = next(line for line in result.output.splitlines(keepends=True) if line.startswith("  cpu "))
+    assert cpu_line.endswith(expected), cpu_line

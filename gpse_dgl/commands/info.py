@@ -1,6 +1,7 @@
 """``gpse-dgl info``: versions, devices and which message-passing backend runs where."""
 from __future__ import annotations
 
+import os
 import platform
 
 import click
@@ -63,8 +64,11 @@ def command():
         kind = torch.device(dev).type
         name = torch.cuda.get_device_name(torch.device(dev)) if kind == "cuda" else platform.processor() or "cpu"
         ok = dgl_supports(kind)
+        # None: what the ops will pick, GPSE_DGL_BACKEND included
+        chosen = resolve_backend(None, torch.device(dev))
+        forced = " (set by GPSE_DGL_BACKEND)" if os.environ.get("GPSE_DGL_BACKEND", "auto") != "auto" else ""
         click.echo(f"  {dev:<8} {name}; DGL kernels: {'yes' if ok else 'no'}; "
-                   f"message passing uses the {resolve_backend('auto', torch.device(dev))!r} backend")
+                   f"message passing uses the {chosen!r} backend{forced}")
         click.echo(f"           {_precision_line(dev)}")
 
 
