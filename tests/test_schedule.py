@@ -138,7 +138,8 @@ def _downstream_rates(schedule_or_scheduler, optimizer, epochs: range, name: str
 def test_pretraining_rates_equal_the_previous_scheduler(path, interval):
     general = load_recipe(path)["general_pipeline"]
     general["lr_scheduler"]["interval"] = interval
-    steps, lr = 3, general["optimizer"]["lr"]
+    # enough steps per epoch that short schedules (a 6-epoch fine-tuning stage) still give >= 60 rates
+    steps, lr = max(3, -(-60 // general["num_epochs"])), general["optimizer"]["lr"]
     epochs = range(general["num_epochs"])
     old_opt, new_opt = _optimizer(lr), _optimizer(lr)
     old = _pretrain_rates(_old_build_scheduler(old_opt, general, steps), old_opt, epochs, steps,
