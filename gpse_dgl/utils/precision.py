@@ -35,6 +35,7 @@ import warnings
 import torch
 
 from .errors import GPSEError
+from .row_buckets import RowBuckets
 
 __all__ = ["PRECISIONS", "PRECISION_CHOICES", "PrecisionError", "select_precision", "resolve_precision", "autocast",
            "native_support",
@@ -124,12 +125,23 @@ def resolve_precision(precision: str, device, warn: bool = True) -> torch.dtype:
 
 
 def autocast(precision: str, device):
-    """A context where dense products run in ``precision`` on ``device`` (a no-op for fp32)."""
+    """A context where dense products run in ``precision`` on ``device`` (a no-op for fp32).
+
+    On the CPU it also pads the rows of linear layers to a few bucket sizes
+    (:class:`~gpse_dgl.utils.row_buckets.RowBuckets`): the CPU's low-precision kernels are compiled per
+    shape, and graph batches would otherwise bring a new shape at every step.
+    """
     precision = select_precision(precision, device)
     if precision == "fp32":
         return contextlib.nullcontext()
     device = torch.device(device)
-    return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+    context = torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+    if device.type != "cpu":
+        return context
+    stack = contextlib.ExitStack()
+    stack.enter_context(context)
+    stack.enter_context(RowBuckets())
+    return stack
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
