@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -40,9 +41,9 @@ def run_variant(recipe_path: str, variant: str, steps: int) -> dict:
 
     import torch
 
+    from gpse_dgl.nn.loss import gpse_loss
     from gpse_dgl.recipes import load_recipe
     from gpse_dgl.train.data import build_pretraining_data
-    from gpse_dgl.nn.loss import gpse_loss
     from gpse_dgl.train.pretrain import build_model, build_optimizer, model_config_from_recipe, training_features
     from gpse_dgl.utils.precision import autocast
 
@@ -75,7 +76,7 @@ def run_variant(recipe_path: str, variant: str, steps: int) -> dict:
         optimizer.step()
         times.append(time.perf_counter() - start)
     with open("/proc/self/statm") as statm:
-        rss_mb = int(statm.read().split()[1]) * 4096 / 2 ** 20
+        rss_mb = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
     half = len(times) // 2
     return {"variant": variant, "steps": len(times), "first_ms": 1000 * sum(times[:half]) / half,
             "second_ms": 1000 * sum(times[half:]) / (len(times) - half), "rss_mb": rss_mb}
@@ -91,11 +92,11 @@ def main() -> int:
     if args.variant:
         print(json.dumps(run_variant(args.recipe, args.variant, args.steps)))
         return 0
-    env = set_threads_env(args.threads)
+    set_threads_env(args.threads)  # exported: the children inherit it
     results = []
     for variant in VARIANTS:
         child = subprocess.run([sys.executable, __file__, "--recipe", args.recipe, "--steps", str(args.steps),
-                                "--variant", variant], capture_output=True, text=True, env=env, check=True)
+                                "--variant", variant], capture_output=True, text=True, check=True)
         results.append(json.loads(child.stdout.strip().splitlines()[-1]))
     base = next(r for r in results if r["variant"] == "bf16")
     mean = lambda r: (r["first_ms"] + r["second_ms"]) / 2  # noqa: E731

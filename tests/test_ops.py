@@ -201,9 +201,7 @@ def test_low_precision_gradients_of_a_hub_add_up_in_float32(op):
         edge = torch.ones(graph.num_edges(), 2)
         with torch.autocast("cpu", dtype=torch.bfloat16):
             low = feat.to(torch.bfloat16)
-            if op in ("copy_u", "copy_v"):
-                out = getattr(ops, op)(graph, low, backend=backend)
-            elif op == "u_add_v":
+            if op == "u_add_v":
                 out = ops.u_add_v(graph, low, low, backend=backend)
             elif op == "u_mul_e_sum":
                 out = ops.u_mul_e_sum(graph, low, edge.to(torch.bfloat16), backend=backend)

@@ -135,13 +135,15 @@ def autocast(precision: str, device):
     if precision == "fp32":
         return contextlib.nullcontext()
     device = torch.device(device)
-    context = torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
     if device.type != "cpu":
-        return context
-    stack = contextlib.ExitStack()
-    stack.enter_context(context)
-    stack.enter_context(RowBuckets())
-    return stack
+        return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
+    return _cpu_autocast(_DTYPES[precision])
+
+
+@contextlib.contextmanager
+def _cpu_autocast(dtype: torch.dtype):
+    with torch.autocast(device_type="cpu", dtype=dtype), RowBuckets():
+        yield
 
 
 def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
