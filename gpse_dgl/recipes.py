@@ -122,6 +122,10 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                                 "training graph (0 = none, as in the paper); they never enter "
                                 "validation or test and never repeat a source graph",
                                 minimum=0.0, maximum=10.0),
+        "regular_graphs": Field("number", 0.0, "random connected regular graphs (degree 3 to 5, 8 to 64 "
+                                "nodes) to add to the training split, per training graph (0 = none, as in "
+                                "the paper): graphs where only the random input tells nodes apart",
+                                minimum=0.0, maximum=10.0),
         "cache_dir": Field("str", None, "where computed targets are cached (DGL binary); null = "
                            "$GPSE_DGL_CACHE or ~/.cache/gpse-dgl", nullable=True),
         "target_device": Field("str", None, "where the targets' dense linear algebra runs (cpu, "

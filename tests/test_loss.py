@@ -156,3 +156,34 @@ def test_graph_weight_matches_direct():
     torch.testing.assert_close(same, gpse_loss(node_pred, node_true, graph_pred, graph_true, bnn)[0])
     with pytest.raises(ValueError, match="graph_weight"):
         gpse_loss(node_pred, node_true, graph_pred, graph_true, bnn, graph_weight=-1.0)
+
+
+@pytest.mark.parametrize("regression", ["l1", "mse", "l1+mse"])
+def test_unknown_graph_targets_are_left_out(regression):
+    """NaN graph targets: no error term, and each graph column's cosine runs over its known graphs only."""
+    node_pred, node_true, graph_pred, graph_true, bnn = _batch(seed=3)
+    graph_true[[0, 3], 0] = float("nan")
+    graph_true[:, 1] = float("nan")  # a column unknown everywhere: no cosine pair at all
+    pred = graph_pred.clone().requires_grad_()
+    loss, parts = gpse_loss(node_pred, node_true, pred, graph_true, bnn, regression=regression)
+    loss.backward()
+    known = ~torch.isnan(graph_true)
+    n, kn = node_pred.shape
+    b, kg = graph_pred.shape
+    err = (graph_pred - torch.nan_to_num(graph_true))[known]
+    node_err = node_pred - node_true
+    terms = {"l1": node_err.abs().sum() + err.abs().sum(), "mse": (node_err ** 2).sum() + (err ** 2).sum()}
+    elementwise = sum(terms[t] for t in regression.split("+")) / ((n + b) * (kn + kg))
+    pairs = []
+    start = 0
+    for n_i in bnn.tolist():
+        p, t = node_pred[start:start + n_i], node_true[start:start + n_i]
+        start += n_i
+        pairs += [1 - F.cosine_similarity(p[:, k], t[:, k], dim=0) for k in range(kn) if torch.any(t[:, k] != 0)]
+    for k in range(kg):
+        rows = known[:, k]
+        if torch.any(graph_true[rows, k] != 0):
+            pairs.append(1 - F.cosine_similarity(graph_pred[rows, k], graph_true[rows, k], dim=0))
+    torch.testing.assert_close(loss, elementwise + torch.stack(pairs).mean())
+    assert int(parts["num_pairs"]) == len(pairs)
+    assert torch.isfinite(pred.grad).all() and bool((pred.grad[~known] == 0).all())

@@ -174,6 +174,7 @@ def test_unknown_top_level_key(tmp_path):
     ("general_pipeline:\n  fit_to_time_limit: true\n  time_limit_minutes: 5\n  lr_scheduler:\n"
      "    warmup_epochs: 0.5\n", "general_pipeline.fit_to_time_limit", "needs general_pipeline.lr_scheduler.warmup_epochs >= 1"),
     ("data:\n  skeleton_edits: -1\n", "data.skeleton_edits", "expected a value >= 0"),
+    ("data:\n  regular_graphs: -0.5\n", "data.regular_graphs", "expected a value >= 0"),
 ])
 def test_type_and_value_errors(tmp_path, text, key, expected):
     path = write(tmp_path, text)

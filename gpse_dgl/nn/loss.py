@@ -26,6 +26,10 @@ per graph and a node column once per node, so graph-level targets hold ~1 % of t
 molecules (~19 nodes each) but 11 of the 62 columns that the pretraining R^2 averages.
 ``recipes/quickstart.yaml`` uses both options (``benchmarks/RESULTS.md``, section 2b).
 
+Option (not in the references): a NaN graph-level target means "not known for this graph" (a training
+graph whose count would be far off the scale of the others, see ``data.regular_graphs``): the entry
+adds no error and its prediction is left out of the cosine, while the denominators stay as they are.
+
 Deviations: (1) the references form the groups with ``to_dense_batch`` on rows ordered nodes-first
 although the graph rows get the smallest group id; ``to_dense_batch`` assumes sorted ids, so there the
 graph-level rows and the node groups land in shifted slots (the graph-level group is typically split
@@ -77,7 +81,8 @@ def gpse_loss(
         ``(N, K_n)`` predictions and targets of the real nodes (virtual nodes already dropped), rows
         grouped by graph in batch order.
     graph_pred, graph_true : torch.Tensor or None
-        ``(B, K_g)`` graph-level predictions and targets (``None`` for no graph-level targets).
+        ``(B, K_g)`` graph-level predictions and targets (``None`` for no graph-level targets). A NaN
+        target is unknown: its entry is left out of the loss.
     batch_num_nodes : sequence of int or tensor
         ``(B,)`` nodes per graph; sums to ``N``. Graphs with no nodes are allowed.
     eps : float
@@ -121,6 +126,9 @@ def gpse_loss(
     if not graph_weight >= 0:
         raise ValueError(f"graph_weight must be >= 0, not {graph_weight!r}")
     entries = max((n + num_graphs) * (k_n + k_g), 1)
+    known = ~torch.isnan(graph_true)
+    if not bool(known.all()):
+        graph_pred, graph_true = graph_pred * known, torch.where(known, graph_true, 0.0)
     node_err, graph_err = node_pred - node_true, graph_pred - graph_true
     terms = {}
     if regression in ("l1", "l1+mse"):

@@ -8,9 +8,10 @@ Steps (``build_pretraining_data``):
    datasets are used as they are, minus graphs with <= 1 node or no edge.
 2. **Subset and split.** An optional seeded ``max_graphs`` subset, then a seeded random split
    (90 / 5 / 5 by default, fixed across runs as in the paper); ``rdkit-molecules`` is split by a hash
-   of each skeleton instead (:data:`HASH_SPLIT_SOURCES`), so a graph's split never depends on the others. With ``skeleton_edits`` > 0, ring-edited
-   copies of training graphs (:mod:`gpse_dgl.data.skeleton_edits`) join the training split only
-   (:func:`add_skeleton_edits`).
+   of each skeleton instead (:data:`HASH_SPLIT_SOURCES`), so a graph's split never depends on the
+   others. With ``skeleton_edits`` > 0, ring-edited copies of training graphs
+   (:mod:`gpse_dgl.data.skeleton_edits`) join the training split only (:func:`add_skeleton_edits`);
+   with ``regular_graphs`` > 0, so do random connected regular graphs (:func:`add_regular_graphs`).
 3. **Targets.** ``pse.pretraining_targets`` computes the standardised node targets and raw graph
    targets once. The result is cached in DGL's binary format (one batched graph whose
    ``ndata["gpse_node_target"]`` holds the node targets; labels hold the graph targets, the per-graph
@@ -42,12 +43,12 @@ from ..data.cache import (code_digest, default_cache_dir, file_sha256, json_dige
 from ..data.registry import load_dataset
 from ..pse.targets import NODE_TARGET_KEY, pretraining_targets, target_columns
 from .graph_collection import GraphCollection
-from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, _ogb_folder, _skeleton_key, _subset_and_split,
-                            add_skeleton_edits, load_source_graphs, unique_structures)
+from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, _ogb_folder, _subset_and_split,
+                            add_regular_graphs, add_skeleton_edits, load_source_graphs, unique_structures)
 
 __all__ = ["GraphCollection", "PretrainingData", "build_pretraining_data", "standardize_graph_targets",
-           "load_source_graphs", "unique_structures", "add_skeleton_edits", "data_fingerprint",
-           "describe_sizes", "split_sizes", "NODE_TARGET_KEY", "CACHE_FORMAT_VERSION", "SPLIT_NAMES",
+           "load_source_graphs", "unique_structures", "add_skeleton_edits", "add_regular_graphs",
+           "data_fingerprint", "describe_sizes", "split_sizes", "NODE_TARGET_KEY", "CACHE_FORMAT_VERSION", "SPLIT_NAMES",
            "HASH_SPLIT_SOURCES"]
 
 CACHE_FORMAT_VERSION = 1
@@ -92,14 +93,12 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
     else:
         graphs, info = load_source_graphs(data_recipe, progress)
         graphs, split_of_graph = _subset_and_split(graphs, data_recipe)
-        if data_recipe["skeleton_edits"] > 0:
-            graphs, split_of_graph, info["skeleton_edits"] = add_skeleton_edits(
-                graphs, split_of_graph, data_recipe["skeleton_edits"], data_recipe["split_seed"], progress)
-            log(f"data: added {info['skeleton_edits']['added']:,} ring-edited training graphs "
-                f"(data.skeleton_edits = {data_recipe['skeleton_edits']:g})")
+        graphs, split_of_graph, first_regular = _add_training_graphs(graphs, split_of_graph, data_recipe, info,
+                                                                     progress, log)
         log(f"data: computing targets of {len(graphs)} graphs "
             f"({', '.join(node_names + graph_names)})")
         collection = _compute_targets_sharded(graphs, node_names, graph_names, data_recipe, progress)
+        _forget_off_scale_targets(collection, graph_names, first_regular)
         if dist_utils.current().is_main:
             _save_cache(cache_path, fingerprint, collection, split_of_graph, info)
         info["cache"] = "written"
@@ -115,19 +114,57 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
                            list(target_columns(node_names, graph_names)), info, scaling)
 
 
+def _add_training_graphs(graphs: list, split_of_graph: torch.Tensor, data_recipe: dict, info: dict,
+                         progress: bool, log) -> tuple[list, torch.Tensor, int]:
+    """Ring edits (``data.skeleton_edits``), then regular graphs (``data.regular_graphs``), both in the
+    training split only. Returns the graphs, their split codes and the index of the first regular graph."""
+    edits, regular = data_recipe["skeleton_edits"], data_recipe.get("regular_graphs", 0)
+    if edits > 0:
+        graphs, split_of_graph, info["skeleton_edits"] = add_skeleton_edits(
+            graphs, split_of_graph, edits, data_recipe["split_seed"], progress)
+        log(f"data: added {info['skeleton_edits']['added']:,} ring-edited training graphs "
+            f"(data.skeleton_edits = {edits:g})")
+    first_regular = len(graphs)
+    if regular > 0:
+        graphs, split_of_graph, info["regular_graphs"] = add_regular_graphs(
+            graphs, split_of_graph, regular, data_recipe["split_seed"], progress)
+        log(f"data: added {info['regular_graphs']['added']:,} random regular training graphs "
+            f"(data.regular_graphs = {regular:g})")
+    return graphs, split_of_graph, first_regular
+
+
+#: graph-level PSEs left unknown (NaN) on added regular graphs: cycle counts grow like (degree - 1)^k, so a
+#: random 4-regular graph has hundreds of 8-cycles where a molecule has none, and such counts would set the
+#: scale of the standardised column (and of the loss) for every molecule
+OFF_SCALE_ON_REGULAR_GRAPHS = ("CycleGE",)
+
+
+def _forget_off_scale_targets(collection: GraphCollection, graph_names: Sequence[str], first: int) -> None:
+    """Set the :data:`OFF_SCALE_ON_REGULAR_GRAPHS` columns of graphs ``first:`` to NaN (unknown to the loss)."""
+    if first >= len(collection):
+        return
+    start = 0
+    for name, width in ((n, len(target_columns([], [n]))) for n in graph_names):
+        if name in OFF_SCALE_ON_REGULAR_GRAPHS:
+            collection.graph_targets[first:, start:start + width] = float("nan")
+        start += width
+
+
 def standardize_graph_targets(splits: dict[str, GraphCollection]) -> dict[str, torch.Tensor]:
     """Turn every split's graph targets into z-scores with the training split's mean and std.
 
     Raw graph targets differ in scale by orders of magnitude (edge counts ~20, eigenvalues ~0.1), so
     with raw targets the L1 term is dominated by the large columns and the heads need large weights
     before they can fit them. R^2 is invariant to the same affine map applied to targets and
-    predictions, so scores stay comparable with raw-target runs. Returns ``{"mean", "std"}``
-    (constant columns get std 1).
+    predictions, so scores stay comparable with raw-target runs. Unknown (NaN) targets are left out of
+    the statistics and stay NaN. Returns ``{"mean", "std"}`` (constant columns get std 1).
     """
     train = splits["train"].graph_targets
-    mean = train.mean(0)
-    std = train.std(0) if len(train) > 1 else torch.ones_like(mean)
-    std = torch.where(std > 1e-8, std, torch.ones_like(std))
+    known = (~torch.isnan(train)).sum(0)
+    mean = torch.nan_to_num(train.nanmean(0))
+    squares = torch.where(torch.isnan(train), 0.0, (train - mean) ** 2).sum(0)
+    std = (squares / (known - 1).clamp(min=1)).sqrt()
+    std = torch.where((std > 1e-8) & (known > 1), std, torch.ones_like(std))
     for part in splits.values():
         part.graph_targets = (part.graph_targets - mean) / std
     return {"mean": mean, "std": std}
@@ -183,6 +220,8 @@ def _data_settings(data_recipe: dict) -> dict:
                 ("source", "max_graphs", "split", "split_seed", "node_targets", "graph_targets")}
     if data_recipe["skeleton_edits"]:  # absent from older fingerprints: their caches stay valid
         settings["skeleton_edits"] = data_recipe["skeleton_edits"]
+    if data_recipe.get("regular_graphs", 0):
+        settings["regular_graphs"] = data_recipe.get("regular_graphs", 0)
     if data_recipe["source"] == "smiles":
         settings["smiles_file"] = str(Path(data_recipe["smiles_file"]).resolve())
     elif data_recipe["source"] != "embedded-molecules":
@@ -196,9 +235,13 @@ def data_fingerprint(data_recipe: dict) -> str:
     settings.update(cache_format=CACHE_FORMAT_VERSION, source_content=_source_digest(data_recipe),
                     target_code=code_digest("pse"),
                     skeleton_code=file_sha256(Path(__file__).parent.parent / "data" / "molecules.py"))
-    if data_recipe["skeleton_edits"]:  # the edits module and the code here that picks and dedups edits
-        settings["edit_code"] = json_digest([file_sha256(Path(__file__).parent.parent / "data" / "skeleton_edits.py"),
-                                         inspect.getsource(add_skeleton_edits), inspect.getsource(_skeleton_key)])
+    if data_recipe["skeleton_edits"] or data_recipe.get("regular_graphs", 0):  # the code that draws and dedups them
+        settings["edit_code"] = json_digest([file_sha256(Path(__file__).parent.parent / "data" / name)
+                                             for name in ("skeleton_edits.py", "synthetic.py")]
+                                            + [file_sha256(Path(__file__).parent / "graph_sources.py"),
+                                               inspect.getsource(_add_training_graphs),
+                                               inspect.getsource(_forget_off_scale_targets),
+                                               list(OFF_SCALE_ON_REGULAR_GRAPHS)])
     return json_digest(settings)
 
 
