@@ -48,8 +48,8 @@ from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, _ogb_folder, _subse
 
 __all__ = ["GraphCollection", "PretrainingData", "build_pretraining_data", "standardize_graph_targets",
            "load_source_graphs", "unique_structures", "add_skeleton_edits", "add_regular_graphs",
-           "data_fingerprint", "describe_sizes", "split_sizes", "NODE_TARGET_KEY", "CACHE_FORMAT_VERSION", "SPLIT_NAMES",
-           "HASH_SPLIT_SOURCES"]
+           "data_fingerprint", "describe_sizes", "split_sizes", "NODE_TARGET_KEY", "CACHE_FORMAT_VERSION",
+           "SPLIT_NAMES", "HASH_SPLIT_SOURCES", "OFF_SCALE_ON_REGULAR_GRAPHS"]
 
 CACHE_FORMAT_VERSION = 1
 
@@ -220,8 +220,8 @@ def _data_settings(data_recipe: dict) -> dict:
                 ("source", "max_graphs", "split", "split_seed", "node_targets", "graph_targets")}
     if data_recipe["skeleton_edits"]:  # absent from older fingerprints: their caches stay valid
         settings["skeleton_edits"] = data_recipe["skeleton_edits"]
-    if data_recipe.get("regular_graphs", 0):
-        settings["regular_graphs"] = data_recipe.get("regular_graphs", 0)
+    if data_recipe.get("regular_graphs", 0):  # absent from older recipes and fingerprints
+        settings["regular_graphs"] = data_recipe["regular_graphs"]
     if data_recipe["source"] == "smiles":
         settings["smiles_file"] = str(Path(data_recipe["smiles_file"]).resolve())
     elif data_recipe["source"] != "embedded-molecules":
