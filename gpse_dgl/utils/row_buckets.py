@@ -4,7 +4,7 @@ On the CPU, torch runs bf16 matrix products through oneDNN, which compiles a ker
 shape and caches it. Graph batches give every step a new number of rows (nodes or edges), so each
 product of a training or encoding run compiles again: a bf16 ``nn.Linear`` over 500-4,000 random rows costs
 5-6x as much per call as the same product over row counts rounded up to a multiple of 64, and the process
-grows by ~1 GB of kernels (``benchmarks/RESULTS.md`` section 2d). :class:`RowBuckets` pads the rows of
+grows by ~1 GB of kernels (``benchmarks/RESULTS.md`` sections 2d and 4). :class:`RowBuckets` pads the rows of
 every ``F.linear`` input with zeros up to a bucket size and slices the result back, so only a few dozen
 shapes occur. Each output row depends on its own input row only, so the real rows are unchanged (values
 and gradients); the padding costs at most 1/16 more rows.
