@@ -137,10 +137,13 @@ class ResGatedConv(nn.Module):
         """``(key, query, value, skip)``, each ``(n, out_feats)`` and contiguous."""
         if torch.is_grad_enabled() and (self.weight.requires_grad or self.kqv_bias.requires_grad
                                         or feat_src.requires_grad or feat_dst.requires_grad):
-            # created in the order key, query, value, skip: that order fixes how autograd sums the
-            # gradients of the input (reproducible training)
-            return (self._linear(0, feat_dst), self._linear(1, feat_src), self._linear(2, feat_src),
-                    self._linear(3, feat_dst))
+            # The four maps are views of one split: its backward concatenates their weight gradients,
+            # where four slices would each zero-fill a gradient of the full (4 d, d) weight first.
+            # Created in the order key, query, value, skip: that order fixes how autograd sums the
+            # gradients of the input (reproducible training).
+            weights, biases = self.weight.split(self.out_feats), self.kqv_bias.split(self.out_feats)
+            return (F.linear(feat_dst, weights[0], biases[0]), F.linear(feat_src, weights[1], biases[1]),
+                    F.linear(feat_src, weights[2], biases[2]), F.linear(feat_dst, weights[3]))
         # No autograd: write the four products into one (4, n, d) buffer (reused across layers by the
         # caller through ``workspace``) so every part is contiguous and no large tensor is allocated.
         # Autocast does not apply to ``out=`` products, so its dtype is applied here explicitly.
