@@ -6,6 +6,7 @@ import importlib.util
 import pathlib
 
 import pytest
+import torch
 
 from gpse_dgl.recipes import dump_recipe, validate_recipe
 from gpse_dgl.train.pretrain import pretrain
@@ -75,3 +76,14 @@ def test_shipped_models_times_each_model_and_precision(capsys):
     assert "1.00x" in first and first.rstrip(" |").endswith("1.0000")
     bf16_cosine = float(rows[1].rstrip(" |").split("|")[-1])
     assert 0.5 < bf16_cosine <= 1.0
+
+
+def test_shipped_models_names_the_device_and_refuses_a_missing_gpu(capsys):
+    _script("shipped_models").main(["--limit", "2", "--repeats", "1", "--precisions", "fp32", "--device", "cpu"])
+    assert "; device cpu;" in capsys.readouterr().out
+    if torch.cuda.is_available():
+        return
+    with pytest.raises(SystemExit) as exc:
+        _script("shipped_models").main(["--limit", "2", "--device", "cuda"])
+    assert exc.value.code == 2
+    assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err
