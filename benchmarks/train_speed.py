@@ -21,6 +21,10 @@ PyG's batches are ``Batch.from_data_list`` of ``Data(edge_index, x, y)`` passed 
 the first ``--warmup`` steps are not timed. As a parity check each side also reports the eval-mode loss
 on the first batch before training (should agree to ~1e-6).
 
+On ``--device cuda`` the model, inputs and targets of both sides live on the GPU (our graphs stay on the
+CPU, as in ``gpse-dgl pretrain``), every timed step ends with a device synchronisation, use ``--clock
+wall``, and the memory columns are the GPU's peak allocation instead of the process's RSS.
+
 Precisions (``--precisions fp32,bf16``): every side runs once per precision, the forward pass inside
 ``torch.autocast`` of that dtype (ours through :class:`gpse_dgl.train.mixed_precision.MixedPrecision`,
 as ``gpse-dgl pretrain`` does; PyG under plain autocast), loss and optimiser in fp32. Each row's
@@ -35,6 +39,7 @@ Usage::
     python benchmarks/train_speed.py                                  # paper size, CPU time, 1 thread
     python benchmarks/train_speed.py --clock wall --threads 2         # quiet machine, wall clock
     python benchmarks/train_speed.py --small --steps 2 --quick        # smallest run of every row
+    python benchmarks/train_speed.py --device cuda --clock wall --precisions fp32,bf16,fp16
 """
 from __future__ import annotations
 
@@ -77,11 +82,19 @@ def parse_args(argv=None):
                     help="bar chart of the training-step throughput per side and precision (default: %(default)s)")
     ap.add_argument("--precisions", default=DEFAULT_PRECISIONS, help="comma-separated: fp32, bf16, fp16 (CUDA)")
     ap.add_argument("--quick", action="store_true", help="batch 32, 2 timed steps, no warm-up")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
     ap.add_argument("--side", choices=SIDES, help=argparse.SUPPRESS)  # internal: run one side, print JSON
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)  # internal: the side's precision
     args = ap.parse_args(argv)
     if args.quick:
         args.batch_size, args.steps, args.warmup = 32, 2, 0
+    if args.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch sees no CUDA device here")
+        if args.clock == "cpu":
+            ap.error("--device cuda needs --clock wall (the process's CPU time misses the GPU's work)")
     args.layers = args.layers or (8 if args.small else 20)
     args.dim = args.dim or (64 if args.small else 512)
     return args
@@ -110,14 +123,14 @@ def prepare_data(args):
     return batches
 
 
-def ours_batch(graphs, x, y_graph):
+def ours_batch(graphs, x, y_graph, device="cpu"):
     import dgl
 
-    g = dgl.batch(graphs)
-    return g, x, g.ndata["gpse_node_target"], y_graph
+    g = dgl.batch(graphs)  # stays on the CPU: the model moves what it needs (DGL may be a CPU-only build)
+    return g, x.to(device), g.ndata["gpse_node_target"].to(device), y_graph.to(device)
 
 
-def pyg_batch(graphs, x, y_graph):
+def pyg_batch(graphs, x, y_graph, device="cpu"):
     import torch
     import torch_geometric.transforms as T
     from torch_geometric.data import Batch, Data
@@ -131,7 +144,7 @@ def pyg_batch(graphs, x, y_graph):
         data.append(d)
         start += n
     batch = Batch.from_data_list(data)
-    return batch, torch.diff(batch.ptr) - 1  # nodes per graph without the virtual node
+    return batch.to(device), (torch.diff(batch.ptr) - 1).to(device)  # nodes per graph without the virtual node
 
 
 def run_side(args) -> dict:
@@ -141,7 +154,8 @@ def run_side(args) -> dict:
     from gpse_dgl.nn.gpse import GPSEForPretraining
     from gpse_dgl.nn.loss import gpse_loss
 
-    clock = CLOCKS[args.clock]
+    device = torch.device(args.device)
+    clock = _device_clock(CLOCKS[args.clock], device)
     data = prepare_data(args)
     torch.manual_seed(args.seed)
     model = GPSEForPretraining.from_config(
@@ -151,9 +165,10 @@ def run_side(args) -> dict:
 
     from gpse_dgl.train.mixed_precision import MixedPrecision
 
-    mixed = MixedPrecision(args.precision, "cpu")  # fp32: plain autocast-free steps
+    mixed = MixedPrecision(args.precision, device)  # fp32: plain autocast-free steps
     if args.side == "ours":
-        batches = [ours_batch(*b) for b in data]
+        model = model.to(device)
+        batches = [ours_batch(*b, device=device) for b in data]
 
         def loss_of(batch):
             g, x, node_true, graph_true = batch
@@ -167,8 +182,8 @@ def run_side(args) -> dict:
 
         theirs = PyGGPSE(dim_inner=args.dim, layers_mp=args.layers)
         theirs.load_state_dict(to_authors_state_dict(model.state_dict(), prefix=""), strict=True)
-        model = theirs
-        batches = [pyg_batch(*b) for b in data]
+        model = theirs.to(device)
+        batches = [pyg_batch(*b, device=device) for b in data]
 
         def loss_of(batch):
             pb, bnn = batch
@@ -183,7 +198,8 @@ def run_side(args) -> dict:
         parity_loss = float(loss_of(batches[0]))
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-4)
-    rss_before = current_rss_mb()
+    memory = _memory_meter(device)
+    rss_before = memory()
     seconds, graphs, losses, per_step = 0.0, 0, [], []
     for step in range(args.warmup + args.steps):
         i = step % len(batches)
@@ -199,10 +215,34 @@ def run_side(args) -> dict:
             graphs += len(data[i][0])
     return {"side": args.side, "precision": args.precision, "graphs_per_s": graphs / seconds, "s_per_step": seconds / args.steps,
             "steps": args.steps, "graphs": graphs, "eval_loss_batch0": parity_loss,
-            "first_loss": losses[0], "last_loss": losses[-1], "peak_rss_mb": peak_rss_mb(),
+            "first_loss": losses[0], "last_loss": losses[-1], "peak_rss_mb": memory(peak=True),
             "rss_before_training_mb": rss_before, "step_seconds": per_step, "threads": torch.get_num_threads(),
             "nodes_per_batch": sum(d[1].shape[0] for d in data) / len(data), "distinct_batches": len(data),
             "edges_per_batch": sum(sum(g.num_edges() for g in d[0]) for d in data) / len(data)}
+
+
+def _device_clock(clock, device):
+    """``clock`` that first waits for the device's queued work (CUDA runs asynchronously)."""
+    import torch
+
+    if device.type != "cuda":
+        return clock
+
+    def synced():
+        torch.cuda.synchronize(device)
+        return clock()
+    return synced
+
+
+def _memory_meter(device):
+    """``memory(peak=False)`` in MiB: the process's RSS on the CPU, the GPU's allocation on CUDA."""
+    import torch
+
+    if device.type != "cuda":
+        return lambda peak=False: peak_rss_mb() if peak else current_rss_mb()
+    torch.cuda.reset_peak_memory_stats(device)
+    return lambda peak=False: (torch.cuda.max_memory_allocated(device) if peak
+                               else torch.cuda.memory_allocated(device)) / 2**20
 
 
 # --------------------------------------------------------------------------- driver
@@ -222,7 +262,7 @@ def report(args, results, argv, load_start) -> str:
         "## GPSE training throughput: gpse-dgl vs PyG",
         "",
         f"- command: `{command_line([sys.argv[0], *argv])}`",
-        f"- machine: {machine_line()}",
+        f"- machine: {machine_line()}; device {args.device}",
         f"- date: {today()}; load average (1/5/15 min) {load_start} at start, {load_average()} at end",
         f"- clock: {args.clock} ({'process CPU time' if args.clock == 'cpu' else 'elapsed'}), "
         f"torch threads {first['threads']}",
@@ -244,7 +284,8 @@ def report(args, results, argv, load_start) -> str:
         rows.append(["**ratio gpse-dgl / PyG**", f"**{o['graphs_per_s'] / p['graphs_per_s']:.2f}x**",
                      f"{o['s_per_step'] / p['s_per_step']:.2f}", f"{o['peak_rss_mb'] / p['peak_rss_mb']:.2f}",
                      "", f"diff {abs(o['eval_loss_batch0'] - p['eval_loss_batch0']):.1e}", ""])
-    lines.append(markdown_table(["", "graphs/s", "s/step", "peak RSS (MiB)", "RSS growth in training (MiB)",
+    memory = "GPU memory" if args.device.startswith("cuda") else "RSS"
+    lines.append(markdown_table(["", "graphs/s", "s/step", f"peak {memory} (MiB)", f"{memory} growth in training (MiB)",
                                  "eval loss, batch 0", "train loss first -> last"], rows))
     return "\n".join(lines)
 
@@ -287,7 +328,7 @@ def precision_records(args, results) -> list:
     from encode_speed import forward_flops
 
     torch.set_num_threads(args.threads)
-    peaks = {p: matmul_peak_gflops("cpu", p) for p in {r["precision"] for r in results.values()}}
+    peaks = {p: matmul_peak_gflops(args.device, p) for p in {r["precision"] for r in results.values()}}
     records = []
     for r in results.values():
         graphs_per_step = r["graphs"] / r["steps"]

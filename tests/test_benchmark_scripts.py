@@ -87,3 +87,11 @@ def test_shipped_models_names_the_device_and_refuses_a_missing_gpu(capsys):
         _script("shipped_models").main(["--limit", "2", "--device", "cuda"])
     assert exc.value.code == 2
     assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_train_speed_refuses_a_missing_gpu(capsys):
+    with pytest.raises(SystemExit) as exc:
+        _script("train_speed").main(["--device", "cuda", "--clock", "wall", "--small", "--quick"])
+    assert exc.value.code == 2
+    assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err
