@@ -57,11 +57,11 @@ def matmul_peak_gflops(device: str = "cpu", precision: str = "fp32", size: int |
     b = torch.randn(size, size, device=device)
     best, spent = float("inf"), 0.0
     for run in range(repeats + 1):  # the first run warms up
-        _sync(device)
+        sync_device(device)
         start = time.perf_counter()
         with autocast(precision, device):
             F.linear(a, b)
-        _sync(device)
+        sync_device(device)
         elapsed = time.perf_counter() - start
         best, spent = min(best, elapsed), spent + elapsed
         if run >= 2 and spent > budget_s:
@@ -69,11 +69,12 @@ def matmul_peak_gflops(device: str = "cpu", precision: str = "fp32", size: int |
     return 2 * size ** 3 / best / 1e9
 
 
-def _sync(device) -> None:
+def sync_device(device) -> None:
+    """Wait for the work queued on ``device`` (CUDA runs asynchronously; nothing to wait for on the CPU)."""
     import torch
 
     if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
 
 
 def label(side: str, precision: str) -> str:

@@ -41,14 +41,8 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 from _common import markdown_table  # noqa: E402
 from _figures import figure_path, speed_bars, speed_rows  # noqa: E402
-from _precision import DEFAULT_PRECISIONS, matmul_peak_gflops, parse_precisions, record, records_table  # noqa: E402
-
-
-def _sync(device):
-    import torch
-
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
+from _precision import (DEFAULT_PRECISIONS, matmul_peak_gflops, parse_precisions, record, records_table,  # noqa: E402
+                        sync_device)
 
 
 def forward_flops(num_nodes: int, num_edges: int, num_graphs: int, dim_in: int = 20, dim: int = 512,
@@ -126,10 +120,10 @@ def _pyg_batches(graphs, batch_size, xs):
 def _time(fn, device, repeats=1):
     best = float("inf")
     for _ in range(repeats):
-        _sync(device)
+        sync_device(device)
         start = time.perf_counter()
         fn()
-        _sync(device)
+        sync_device(device)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -272,7 +266,7 @@ def profile_forward(graphs, batch_size, device, precision, top=8) -> list:
         with torch.profiler.profile(activities=activities) as prof:
             for b, x in zip(batches[1:], xs[1:]):
                 ours(b, x)
-            _sync(device)
+            sync_device(device)
     events = [e for e in prof.key_averages() if e.self_cpu_time_total > 0]
     total = sum(e.self_cpu_time_total for e in events)
     events.sort(key=lambda e: e.self_cpu_time_total, reverse=True)

@@ -56,7 +56,8 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 from _common import (CLOCK_HELP, CLOCKS, command_line, current_rss_mb, load_average,  # noqa: E402
                      machine_line, markdown_table, peak_rss_mb, set_threads_env, today)
 from _figures import figure_path, speed_bars, speed_rows  # noqa: E402
-from _precision import DEFAULT_PRECISIONS, label, matmul_peak_gflops, parse_precisions, record  # noqa: E402
+from _precision import (DEFAULT_PRECISIONS, label, matmul_peak_gflops, parse_precisions, record,  # noqa: E402
+                        sync_device)
 
 SIDES = ("ours", "pyg")
 LABELS = {"ours": "gpse-dgl", "pyg": "PyG torch_geometric.nn.GPSE"}
@@ -223,13 +224,11 @@ def run_side(args) -> dict:
 
 def _device_clock(clock, device):
     """``clock`` that first waits for the device's queued work (CUDA runs asynchronously)."""
-    import torch
-
     if device.type != "cuda":
         return clock
 
     def synced():
-        torch.cuda.synchronize(device)
+        sync_device(device)
         return clock()
     return synced
 
