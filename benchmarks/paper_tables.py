@@ -309,6 +309,7 @@ def main(argv=None) -> None:
     parser.add_argument("--ledger", type=Path, default=HERE / "paper_tables.json", help="finished runs (JSON)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "paper-tables",
                         help="run folders (checkpoints for resuming; default: %(default)s)")
+    parser.add_argument("--figures", type=Path, default=HERE / "figures", help="folder of the PNGs")
     parser.add_argument("--report-only", action="store_true", help="only write the tables and figures so far")
     args = parser.parse_args(argv)
 
@@ -338,7 +339,7 @@ def main(argv=None) -> None:
         if not cells:
             continue
         report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, ledger, budgets), ""]
-        plot(table, cells, HERE / "figures" / f"paper_{table}.png")
+        plot(table, cells, args.figures / f"paper_{table}.png")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "paper_tables.md").write_text("\n".join(report), encoding="utf-8")
     print("\n".join(report))
