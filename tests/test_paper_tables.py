@@ -37,6 +37,7 @@ def test_runs_land_in_the_ledger_and_a_second_call_resumes_from_it(tmp_path, cap
 
     script.main(argv)  # everything is in the ledger: nothing is trained again
     assert json.loads(ledger.read_text())["runs"] == runs
+    capsys.readouterr()
     script.main(argv[:6] + ["--epochs", "2"] + argv[8:] + ["--report-only"])  # another budget: no rows yet
     assert "## solubility" not in capsys.readouterr().out
 
