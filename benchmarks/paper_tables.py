@@ -233,7 +233,8 @@ def markdown(table: str, cells: dict, digits: int = 4) -> str:
         if column in paper:
             header.append("paper, ZINC-12k")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 1)]
-    sources = list(dict.fromkeys(s for c in columns for s in cells[c]))
+    present = {s for c in columns for s in cells[c]}
+    sources = [s for s in SOURCES if s in present] + sorted(present - set(SOURCES))
     for source in sources:
         row = [_P.get(source, source)]
         for column in columns:
