@@ -4,9 +4,10 @@
 Every set is a group of graphs that colour refinement (1-WL) cannot tell apart, one class per graph:
 
 * DEVELOPMENT set (used for design): CSL (10 classes, 41 nodes, 4-regular) and the two 1-WL pairs of
-  ``wl_pairs.py`` (2 classes each). The pretraining corpus is checked for these graphs (``--corpus``,
-  :func:`gpse_dgl.train.graph_sources.find_evaluation_graphs`); rows with a graph in its training split
-  are marked ``in-sample`` (pretrain with ``data.exclude_graphs: [wl-pairs, csl]`` to remove them).
+  ``wl_pairs.py`` (2 classes each). The pretraining data (``--corpus``: a source or a recipe) is checked
+  for every evaluation graph (:func:`gpse_dgl.train.graph_sources.find_evaluation_graphs`); rows with a
+  graph in its training split are marked ``in-sample`` (pretrain with ``data.exclude_graphs: [wl-pairs,
+  csl]`` to remove them).
 * HELD-OUT set (reported only, never used to choose): EXP's 1-WL-equivalent pairs (read from disk when
   there, else skipped with a line), strongly regular families (4 x 4 rook's graph vs Shrikhande; Latin
   square graphs of 10 main classes of order 7) and circulant families of sizes and degrees outside the
@@ -28,7 +29,8 @@ trains a GIN on the encodings: ``python benchmarks/csl.py`` (RESULTS 8).
 
 Run::
 
-    python benchmarks/expressivity.py                          # shipped default model, about 5 minutes
+    python benchmarks/expressivity.py                          # shipped default model, about 3 minutes
+    python benchmarks/expressivity.py --corpus recipes/rdkit-base-stage4.yaml   # check its added graphs too
     python benchmarks/expressivity.py --checkpoint runs/x/best.pt --out benchmarks/results/expressivity-x
 
 Outputs: ``<out>/expressivity.md`` (both tables), ``<out>/expressivity.json`` (every per-seed score) and
@@ -163,15 +165,25 @@ def _structure_only(graph):
     return dgl.graph((src, dst), num_nodes=graph.num_nodes())
 
 
-def in_sample_graphs(corpus: str) -> list[dict]:
-    """Development graphs (wl-pairs, csl) found in ``corpus`` as pretraining splits it, with their split."""
-    from gpse_dgl.recipes import validate_recipe
+def in_sample_graphs(corpus: str, log=print) -> list[dict]:
+    """Evaluation graphs (every set) in a pretraining corpus, with their split.
+
+    ``corpus`` is a source name (its graphs, split as pretraining splits them) or a recipe file (its whole
+    pretraining data: the split source plus the ring edits and regular graphs its training split adds).
+    """
+    from gpse_dgl.data.families import EVALUATION_SETS
+    from gpse_dgl.recipes import load_recipe, validate_recipe
+    from gpse_dgl.train.data import _add_training_graphs
     from gpse_dgl.train.graph_sources import _subset_and_split, find_evaluation_graphs, load_source_graphs
 
-    data = validate_recipe({"data": {"source": corpus}}, "--corpus")["data"]
-    graphs, _ = load_source_graphs(data)
-    graphs, codes = _subset_and_split(graphs, data)
-    return find_evaluation_graphs(graphs, ["wl-pairs", "csl"], codes)
+    is_recipe = corpus.endswith((".yaml", ".yml"))
+    data = (load_recipe(corpus) if is_recipe else validate_recipe({"data": {"source": corpus}}, "--corpus"))["data"]
+    graphs, info = load_source_graphs(data)
+    graphs, codes = _subset_and_split(graphs, data, info)
+    if is_recipe:
+        graphs, codes, _ = _add_training_graphs(graphs, codes, data, info, False, lambda line: None)
+    log(f"corpus {corpus}: {len(graphs):,} graphs checked")
+    return find_evaluation_graphs(graphs, list(EVALUATION_SETS), codes)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -210,13 +222,22 @@ def plot(rows: list[dict], path: Path, methods=METHODS):
         from _figures import bars_with_errors
     except ImportError:
         return None
-    groups = [("dev: " if r["set"] == "dev" else "") + r["name"].replace("-vs-", " vs\n").replace("-deg", "\ndeg ")
-              for r in rows]
+    groups = [_short_name(r["name"]) + ("\n(dev)" if r["set"] == "dev" else "") for r in rows]
     series = [(m, [float(np.mean(r["scores"][m])) for r in rows], [float(np.std(r["scores"][m])) for r in rows])
               for m in methods]
-    return bars_with_errors(groups, series, path, "Leave-one-out nearest-centroid accuracy of pooled encodings "
-                            "(dev: used for design; others: held out, reported only)", "accuracy",
+    return bars_with_errors(groups, series, path, "Pooled encodings, leave-one-out nearest centroid "
+                            "((dev): used for design; others held out, reported only)", "accuracy",
                             reference=("chance", [r["chance"] for r in rows]), height=4.2, value_format="{:.2f}")
+
+
+def _short_name(name: str) -> str:
+    """Axis label of a row: ``circulant-83-deg4`` -> ``C83 d4``, ``squares-vs-triangles`` -> ``sq. / tri.``."""
+    if name.startswith("circulant-"):
+        _, n, degree = name.split("-")
+        return f"C{n} d{degree[3:]}"
+    if "-vs-" in name:
+        return " /\n".join(part[:4] + "." for part in name.split("-vs-"))
+    return {"csl": "CSL", "exp": "EXP", "srg-16-6-2-2": "rook /\nShrikh.", "latin-squares-7": "Latin\nsq. 7"}.get(name, name)
 
 
 def _describe(group: dict) -> tuple[str, str]:
@@ -266,7 +287,8 @@ def main(argv=None) -> None:
     parser.add_argument("--exp-pairs", type=int, default=100, help="EXP pairs scored (of 600)")
     parser.add_argument("--exp-copies", type=int, default=4, help="copies per EXP graph")
     parser.add_argument("--corpus", default="rdkit-molecules",
-                        help="pretraining source checked for development graphs (none: skip the check)")
+                        help="pretraining source name or recipe file checked for evaluation graphs (a recipe "
+                             "includes the graphs it adds; none: skip the check)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/expressivity"), help="output folder")
     parser.add_argument("--figure", type=Path, default=ROOT / "benchmarks" / "figures" / "expressivity.png",
@@ -297,7 +319,7 @@ def main(argv=None) -> None:
                     f"leave-one-out nearest-centroid accuracy; {time.perf_counter() - started:.0f} s.")
     if args.corpus != "none":
         found = ", ".join(f"{item['graph']} ({item['split']})" for item in in_sample) or "none"
-        notes.append(f"development graphs in the {args.corpus} pretraining corpus: {found}")
+        notes.append(f"evaluation graphs in the pretraining data of {args.corpus}: {found}")
     notes.append("CSL with the paper's GIN protocol: python benchmarks/csl.py --checkpoint <checkpoint>")
     png = plot(rows, args.figure)
     notes.append(f"plot: {png}" if png else "plot: not drawn (matplotlib is not installed)")
@@ -312,17 +334,13 @@ def main(argv=None) -> None:
 
 
 def _mark_in_sample(rows: list[dict], found: list[dict]) -> None:
-    """Note on each development row which of its graphs the pretraining training split holds."""
-    train = {item["graph"].split("/", 1)[1] for item in found if item["split"] == "train"}
+    """Note on each row which of its graphs the pretraining data holds, and in which split."""
     for row in rows:
-        if row["set"] != "dev":
-            continue
-        names = row["name"].split("-vs-") if "-vs-" in row["name"] else []
-        if row["name"] == "csl":
-            names = [g for g in train if g.startswith("csl-")]
-        hits = [n for n in names if n in train]
+        hits = [f"{graph} ({item['split']})" for item in found
+                for set_name, graph in [item["graph"].split("/", 1)]
+                if set_name == row["name"] or (set_name == "wl-pairs" and graph in row["name"].split("-vs-"))]
         if hits:
-            row["note"] = "in-sample: " + ", ".join(hits) + " in the pretraining training split"
+            row["note"] = "in pretraining data: " + ", ".join(hits)
 
 
 if __name__ == "__main__":

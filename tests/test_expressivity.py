@@ -237,5 +237,7 @@ def test_in_sample_rows_are_marked():
     rows = [{"set": "dev", "name": "hexagon-vs-pentagon"}, {"set": "dev", "name": "csl"},
             {"set": "held-out", "name": "srg-16-6-2-2"}]
     module._mark_in_sample(rows, [{"graph": "wl-pairs/hexagon", "split": "train"},
-                                  {"graph": "wl-pairs/pentagon", "split": "test"}])
-    assert rows[0]["note"].startswith("in-sample: hexagon") and "note" not in rows[1] and "note" not in rows[2]
+                                  {"graph": "wl-pairs/pentagon", "split": "test"},
+                                  {"graph": "srg-16-6-2-2/shrikhande", "split": "val"}])
+    assert rows[0]["note"] == "in pretraining data: hexagon (train), pentagon (test)"
+    assert "note" not in rows[1] and rows[2]["note"] == "in pretraining data: shrikhande (val)"
