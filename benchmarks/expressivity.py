@@ -237,7 +237,8 @@ def _short_name(name: str) -> str:
         return f"C{n} d{degree[3:]}"
     if "-vs-" in name:
         return " /\n".join(part[:4] + "." for part in name.split("-vs-"))
-    return {"csl": "CSL", "exp": "EXP", "srg-16-6-2-2": "rook /\nShrikh.", "latin-squares-7": "Latin\nsq. 7"}.get(name, name)
+    labels = {"csl": "CSL", "exp": "EXP", "srg-16-6-2-2": "rook /\nShrikh.", "latin-squares-7": "Latin\nsq. 7"}
+    return labels.get(name, name)
 
 
 def _describe(group: dict) -> tuple[str, str]:
