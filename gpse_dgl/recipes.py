@@ -126,6 +126,9 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                                 "nodes) to add to the training split, per training graph (0 = none, as in "
                                 "the paper): graphs where only the random input tells nodes apart",
                                 minimum=0.0, maximum=10.0),
+        "exclude_graphs": Field("str_list", [], "evaluation sets whose graphs pretraining leaves out of every "
+                                "split and never adds (e.g. [wl-pairs, csl]; names: "
+                                "gpse_dgl.data.families.EVALUATION_SETS); [] = none, as in the paper"),
         "cache_dir": Field("str", None, "where computed targets are cached (DGL binary); null = "
                            "$GPSE_DGL_CACHE or ~/.cache/gpse-dgl", nullable=True),
         "target_device": Field("str", None, "where the targets' dense linear algebra runs (cpu, "
@@ -373,6 +376,12 @@ def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> Non
             choices = BUILTIN_SOURCES + tuple(known)
             raise RecipeError(f"{source}: {_where(raw, 'data', 'source')}: unknown source {data['source']!r}"
                               f"{did_you_mean(data['source'], choices)}; choose {', '.join(choices)}")
+    if data["exclude_graphs"]:
+        known_sets = _known_evaluation_sets()
+        bad = [n for n in data["exclude_graphs"] if n not in known_sets]
+        if bad:
+            raise RecipeError(f"{source}: {_where(raw, 'data', 'exclude_graphs')}: unknown evaluation set "
+                              f"{bad[0]!r}{did_you_mean(bad[0], known_sets)}; choose from {', '.join(known_sets)}")
     node_names, graph_names = _known_pse_names()
     for key, allowed in (("node_targets", node_names), ("graph_targets", graph_names)):
         names = data[key]
@@ -407,6 +416,13 @@ def _known_pse_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
     node = tuple(n for n, s in PSE_REGISTRY.items() if getattr(s, "level", "node") == "node")
     graph = tuple(n for n, s in PSE_REGISTRY.items() if getattr(s, "level", "") == "graph")
     return node or tuple(NODE_TARGETS), graph or tuple(GRAPH_TARGETS)
+
+
+def _known_evaluation_sets() -> tuple[str, ...]:
+    # imported here: this module is read without torch / dgl, which gpse_dgl.data loads
+    from .data.families import EVALUATION_SETS
+
+    return tuple(EVALUATION_SETS)
 
 
 def _known_datasets() -> tuple[str, ...]:

@@ -15,7 +15,7 @@ EXPECTED = {
     "embedded-molecules", "csl", "wl-pairs", "exp", "erdos-renyi", "synthetic-arxiv", "synthetic-proteins",
     "ogbg-molhiv", "ogbg-molpcba", "ogbg-molbace", "ogbg-molbbbp", "ogbg-molclintox", "ogbg-molmuv",
     "ogbg-molsider", "ogbg-moltox21", "ogbg-moltoxcast", "ogbn-arxiv", "ogbn-proteins", "zinc",
-    "pcqm4mv2-subset", "peptides-func", "peptides-struct", "mnist", "cifar10",
+    "pcqm4mv2-subset", "peptides-func", "peptides-struct", "mnist", "cifar10", "graph-family",
 }
 
 

@@ -180,6 +180,11 @@ def _wl_pairs(root, **kw):
     return wl_pairs_dataset(**kw)
 
 
+def _graph_family(root, **kw):
+    from .families import family_dataset
+    return family_dataset(**kw)
+
+
 def _erdos_renyi(root, num_graphs: int = 1000, num_nodes: int = 100, p: float | None = None,
                  avg_degree: float | None = None, seed: int = 0) -> GraphDataset:
     from .synthetic import erdos_renyi_graphs
@@ -315,6 +320,8 @@ def _register_builtins() -> None:
                      "every molecule file shipped inside RDKit as unique skeletons, split by skeleton hash")
     register_dataset("csl", _csl, "Circular Skip Link graphs: 150 x 41 nodes, 10 classes, stratified 5-fold CV")
     register_dataset("wl-pairs", _wl_pairs, "1-WL-indistinguishable pairs (squares/triangles, hexagon/pentagon)")
+    register_dataset("graph-family", _graph_family,
+                     "1-WL-hard families (strongly regular, circulant): relabelled copies, one class per graph")
     register_dataset("erdos-renyi", _erdos_renyi, "seeded G(n, p) graphs for scaling runs (unlabelled)")
     register_dataset("synthetic-arxiv", _synthetic_arxiv,
                      "random directed graph of ogbn-arxiv's size (169,343 nodes, 1,166,243 edges), noise labels")

@@ -6,7 +6,9 @@ Steps (``build_pretraining_data``):
    dataset name known to :func:`gpse_dgl.data.registry.load_dataset` (e.g. ``ogbg-molpcba`` read from
    OGB's on-disk layout). Molecules become unique bare skeletons (``data.molecules``); other graph
    datasets are used as they are, minus graphs with <= 1 node or no edge.
-2. **Subset and split.** An optional seeded ``max_graphs`` subset, then a seeded random split
+2. **Subset and split.** Graphs of the evaluation sets named in ``exclude_graphs`` removed
+   (:func:`~.graph_sources.exclude_evaluation_graphs`; added graphs never repeat them either), an optional
+   seeded ``max_graphs`` subset, then a seeded random split
    (90 / 5 / 5 by default, fixed across runs as in the paper); ``rdkit-molecules`` is split by a hash
    of each skeleton instead (:data:`HASH_SPLIT_SOURCES`), so a graph's split never depends on the
    others. With ``skeleton_edits`` > 0, ring-edited copies of training graphs
@@ -44,7 +46,8 @@ from ..data.registry import load_dataset
 from ..pse.targets import NODE_TARGET_KEY, pretraining_targets, target_columns
 from .graph_collection import GraphCollection
 from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, _ogb_folder, _subset_and_split,
-                            add_regular_graphs, add_skeleton_edits, load_source_graphs, unique_structures)
+                            add_regular_graphs, add_skeleton_edits, evaluation_triples, load_source_graphs,
+                            unique_structures)
 
 __all__ = ["GraphCollection", "PretrainingData", "build_pretraining_data", "standardize_graph_targets",
            "load_source_graphs", "unique_structures", "add_skeleton_edits", "add_regular_graphs",
@@ -92,7 +95,7 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
         log(f"data: reusing cached targets {cache_path}")
     else:
         graphs, info = load_source_graphs(data_recipe, progress)
-        graphs, split_of_graph = _subset_and_split(graphs, data_recipe)
+        graphs, split_of_graph = _subset_and_split(graphs, data_recipe, info)
         graphs, split_of_graph, first_regular = _add_training_graphs(graphs, split_of_graph, data_recipe, info,
                                                                      progress, log)
         log(f"data: computing targets of {len(graphs)} graphs "
@@ -119,15 +122,17 @@ def _add_training_graphs(graphs: list, split_of_graph: torch.Tensor, data_recipe
     """Ring edits (``data.skeleton_edits``), then regular graphs (``data.regular_graphs``), both in the
     training split only. Returns the graphs, their split codes and the index of the first regular graph."""
     edits, regular = data_recipe["skeleton_edits"], data_recipe.get("regular_graphs", 0)
+    # excluded evaluation graphs must not come back as an edit or a drawn regular graph
+    avoid = evaluation_triples(data_recipe.get("exclude_graphs") or []) if edits > 0 or regular > 0 else []
     if edits > 0:
         graphs, split_of_graph, info["skeleton_edits"] = add_skeleton_edits(
-            graphs, split_of_graph, edits, data_recipe["split_seed"], progress)
+            graphs, split_of_graph, edits, data_recipe["split_seed"], progress, avoid=avoid)
         log(f"data: added {info['skeleton_edits']['added']:,} ring-edited training graphs "
             f"(data.skeleton_edits = {edits:g})")
     first_regular = len(graphs)
     if regular > 0:
         graphs, split_of_graph, info["regular_graphs"] = add_regular_graphs(
-            graphs, split_of_graph, regular, data_recipe["split_seed"], progress)
+            graphs, split_of_graph, regular, data_recipe["split_seed"], progress, avoid=avoid)
         log(f"data: added {info['regular_graphs']['added']:,} random regular training graphs "
             f"(data.regular_graphs = {regular:g})")
     return graphs, split_of_graph, first_regular
@@ -222,6 +227,8 @@ def _data_settings(data_recipe: dict) -> dict:
         settings["skeleton_edits"] = data_recipe["skeleton_edits"]
     if data_recipe.get("regular_graphs", 0):  # absent from older recipes and fingerprints
         settings["regular_graphs"] = data_recipe["regular_graphs"]
+    if data_recipe.get("exclude_graphs"):  # absent from older recipes and fingerprints
+        settings["exclude_graphs"] = list(data_recipe["exclude_graphs"])
     if data_recipe["source"] == "smiles":
         settings["smiles_file"] = str(Path(data_recipe["smiles_file"]).resolve())
     elif data_recipe["source"] != "embedded-molecules":
@@ -242,6 +249,10 @@ def data_fingerprint(data_recipe: dict) -> str:
                                                inspect.getsource(_add_training_graphs),
                                                inspect.getsource(_forget_off_scale_targets),
                                                list(OFF_SCALE_ON_REGULAR_GRAPHS)])
+    if data_recipe.get("exclude_graphs"):  # the code that builds the evaluation graphs and matches them
+        settings["exclude_code"] = json_digest([file_sha256(Path(__file__).parent.parent / "data" / name)
+                                                for name in ("families.py", "synthetic.py")]
+                                               + [file_sha256(Path(__file__).parent / "graph_sources.py")])
     return json_digest(settings)
 
 

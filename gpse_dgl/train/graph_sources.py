@@ -3,8 +3,11 @@
 * :func:`load_source_graphs`: ``embedded-molecules``, ``smiles`` or a dataset name known to
   :func:`gpse_dgl.data.registry.load_dataset`; molecules become unique bare skeletons, other graph datasets
   lose repeated structures (:func:`unique_structures`) and graphs with <= 1 node or no edge.
-* ``_subset_and_split``: an optional seeded ``max_graphs`` subset, then split codes (0 train, 1 val, 2 test):
-  a seeded random split, or for :data:`HASH_SPLIT_SOURCES` a hash of each skeleton.
+* ``_subset_and_split``: evaluation graphs removed (``data.exclude_graphs``, :func:`exclude_evaluation_graphs`),
+  an optional seeded ``max_graphs`` subset, then split codes (0 train, 1 val, 2 test): a seeded random split,
+  or for :data:`HASH_SPLIT_SOURCES` a hash of each skeleton.
+* :func:`find_evaluation_graphs`: which graphs of an evaluation set (:data:`gpse_dgl.data.families.EVALUATION_SETS`)
+  occur in a corpus, and in which split.
 * :func:`add_skeleton_edits`: ring-edited copies of training graphs, in the training split only.
 * :func:`add_regular_graphs`: random connected regular graphs, in the training split only.
 
@@ -29,6 +32,7 @@ from .. import _env  # noqa: F401
 import dgl
 
 from ..data.dataset import random_split
+from ..data.families import evaluation_graphs
 from ..data.ogb import ogb_dir_name, ogb_meta
 from ..data.rdkit_corpus import hash_split_codes
 from ..data.registry import default_root, load_dataset
@@ -113,14 +117,66 @@ def _skeleton_key(num_nodes: int, u: np.ndarray, v: np.ndarray) -> str:
     return Chem.MolToSmiles(mol, canonical=True)
 
 
+def evaluation_triples(set_names: Sequence[str]) -> list[tuple]:
+    """``(num_nodes, u, v)`` of every graph of the named evaluation sets (added training graphs must not
+    repeat them either)."""
+    return [triple for _, triple in _evaluation_entries(set_names)]
+
+
+def _evaluation_entries(set_names: Sequence[str]) -> list[tuple[str, tuple]]:
+    return [(f"{name}/{graph_name}", (g.num_nodes(), *graph_simple_edges(g)))
+            for name in set_names for graph_name, g in evaluation_graphs(name).items()]
+
+
+def find_evaluation_graphs(graphs: Sequence[dgl.DGLGraph], set_names: Sequence[str],
+                           split_of_graph: torch.Tensor | None = None) -> list[dict]:
+    """Graphs of ``graphs`` isomorphic to a graph of the named evaluation sets.
+
+    Isomorphism is read off the canonical skeleton key (:func:`_skeleton_key`, RDKit's canonical SMILES
+    of the all-carbon graph), computed only for graphs whose node and edge counts match an evaluation
+    graph. Returns one ``{"index", "graph" ("set/graph"), "split" (name or None)}`` per match, in corpus order.
+    """
+    entries = _evaluation_entries(set_names)
+    sizes = {(n, len(u)) for _, (n, u, _) in entries}
+    candidates = [(i, g.num_nodes(), *graph_simple_edges(g)) for i, g in enumerate(graphs)]
+    candidates = [c for c in candidates if (c[1], len(c[2])) in sizes]
+    if not candidates:  # keys cost RDKit time: none for sets no graph could match
+        return []
+    present = {(c[1], len(c[2])) for c in candidates}
+    keys = {}
+    for label, triple in entries:
+        if (triple[0], len(triple[1])) in present:
+            keys.setdefault(_skeleton_key(*triple), label)
+    found = []
+    for index, n, u, v in candidates:
+        match = keys.get(_skeleton_key(n, u, v))
+        if match is not None:
+            split = None if split_of_graph is None else SPLIT_NAMES[int(split_of_graph[index])]
+            found.append({"index": index, "graph": match, "split": split})
+    return found
+
+
+def exclude_evaluation_graphs(graphs: list, set_names: Sequence[str]) -> tuple[list, dict]:
+    """``graphs`` without those of the named evaluation sets, and ``{"sets", "removed": ["set/graph", ...]}``.
+
+    Run before the split, so a removed graph leaves every split (a benchmark graph in validation or test
+    would still steer checkpoint choice).
+    """
+    found = find_evaluation_graphs(graphs, set_names)
+    drop = {item["index"] for item in found}
+    kept = [g for i, g in enumerate(graphs) if i not in drop]
+    return kept, {"sets": list(set_names), "removed": [item["graph"] for item in found]}
+
+
 def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int,
-                       progress: bool = False, max_nodes: int = 1000):
+                       progress: bool = False, max_nodes: int = 1000, avoid: Sequence[tuple] = ()):
     """Append ``round(per_graph * num_train)`` ring-edited training graphs to the training split.
 
     Each is one :func:`~gpse_dgl.data.skeleton_edits.edit_skeleton` edit of a random training graph
     of at most ``max_nodes`` nodes (the size up to which graphs are compared, as in
     :func:`unique_structures`). Edits that repeat any source graph (validation and test included) or
-    another edit are drawn again, so held-out graphs never leak into training; after 20 draws per
+    another edit are drawn again, so held-out graphs never leak into training; so are edits that repeat
+    one of ``avoid`` (``(num_nodes, u, v)`` triples, e.g. :func:`evaluation_triples`). After 20 draws per
     wanted graph it stops with fewer. Returns ``(graphs, split_of_graph, stats)``.
     """
     # every graph an edit could equal (an edit adds at most MAX_NEW_ATOMS atoms) is compared against
@@ -133,7 +189,7 @@ def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: fl
     def draw(rng):
         return edit_skeleton(*simple[train[int(rng.integers(len(train)))]], rng)
 
-    return _append_training_graphs(graphs, split_of_graph, wanted, draw, list(simple.values()),
+    return _append_training_graphs(graphs, split_of_graph, wanted, draw, list(simple.values()) + list(avoid),
                                    np.random.default_rng([seed, 0x5E1E]), "ring edits", progress)
 
 
@@ -143,14 +199,14 @@ REGULAR_NODES = (8, 64)
 
 
 def add_regular_graphs(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int,
-                       progress: bool = False):
+                       progress: bool = False, avoid: Sequence[tuple] = ()):
     """Append ``round(per_graph * num_train)`` random connected regular graphs to the training split.
 
     Degrees are drawn from :data:`REGULAR_DEGREES` and sizes from :data:`REGULAR_NODES` (inclusive).
     Inside a regular graph every node looks the same to colour refinement, so only the random input
     lets the encoder tell nodes and graphs apart: these graphs train exactly what molecules, where
     1-WL already explains almost all of the targets, rarely ask of it. Graphs that repeat a source graph
-    (validation and test included) or an earlier one are drawn again, as with
+    (validation and test included), one of ``avoid`` or an earlier one are drawn again, as with
     :func:`add_skeleton_edits`. Returns ``(graphs, split_of_graph, stats)``.
     """
     wanted = int(round(per_graph * int((split_of_graph == 0).sum())))
@@ -165,7 +221,7 @@ def add_regular_graphs(graphs: list, split_of_graph: torch.Tensor, per_graph: fl
     # only a regular graph of one of those degrees can equal a drawn graph
     regular = [(g.num_nodes(), *edges) for g in graphs if g.num_nodes() <= high
                for edges in [graph_simple_edges(g)] if _is_regular(g.num_nodes(), *edges)]
-    return _append_training_graphs(graphs, split_of_graph, wanted, draw, regular,
+    return _append_training_graphs(graphs, split_of_graph, wanted, draw, regular + list(avoid),
                                    np.random.default_rng([seed, 0x4E6A]), "regular graphs", progress)
 
 
@@ -234,9 +290,14 @@ def _counts(stats: dict) -> dict:
     return {k: v for k, v in stats.items() if k != "smiles"}
 
 
-def _subset_and_split(graphs: list, data_recipe: dict) -> tuple[list, torch.Tensor]:
-    """Seeded ``max_graphs`` subset, then split codes (0 train, 1 val, 2 test) per kept graph."""
+def _subset_and_split(graphs: list, data_recipe: dict, info: dict | None = None) -> tuple[list, torch.Tensor]:
+    """Evaluation graphs (``data.exclude_graphs``) removed, a seeded ``max_graphs`` subset, then split codes
+    (0 train, 1 val, 2 test) per kept graph; ``info["excluded_graphs"]`` says what was removed."""
     seed = data_recipe["split_seed"]
+    if data_recipe.get("exclude_graphs"):
+        graphs, excluded = exclude_evaluation_graphs(graphs, data_recipe["exclude_graphs"])
+        if info is not None:
+            info["excluded_graphs"] = excluded
     if data_recipe["max_graphs"] is not None and data_recipe["max_graphs"] < len(graphs):
         keep = np.sort(np.random.default_rng(seed).permutation(len(graphs))[:data_recipe["max_graphs"]])
         graphs = [graphs[i] for i in keep.tolist()]
