@@ -18,7 +18,8 @@ Two solvers, chosen per component by :func:`component_pairs`:
   on a connected component. It is factorised once (SuperLU) in reverse Cuthill-McKee order without
   pivoting, so the factors' fill stays inside the matrix's envelope
   :math:`\sum_i (i - \min\{j \le i: K_{ij} \ne 0\})` (computed before any factorisation: that is the
-  memory bound). ``factor_max`` (envelope entries) decides whether a component takes this path.
+  memory bound), and so are its multiply-adds. ``factor_max`` (envelope entries) and ``factor_work``
+  (multiply-adds) decide whether a component takes this path.
 * **Lanczos** (:func:`_lanczos`): ARPACK on :math:`M = 2I - L - 3\phi\phi^\top` (largest eigenvalues
   :math:`2 - \lambda`; :math:`\phi` moved to -1), products with the sparse ``S`` only. It converges fast
   when the lowest eigenvalues are not tiny (expander-like graphs: random and power-law graphs), which is
@@ -40,17 +41,24 @@ from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh, splu
 
 from ..utils.errors import GPSEError
 
-__all__ = ["component_pairs", "envelope_size", "DEFAULT_FACTOR_MAX"]
+__all__ = ["component_pairs", "envelope", "envelope_size", "DEFAULT_FACTOR_MAX", "DEFAULT_FACTOR_WORK"]
 
 #: Envelope entries up to which a component is solved by shift-invert (SuperLU stores both triangles:
 #: at most ``2 * 12`` bytes per entry, ~0.7 GB at the default).
 DEFAULT_FACTOR_MAX = 30_000_000
+#: Bound on the factorisation's multiply-adds (~1-2 s) up to which shift-invert is chosen. Expander-like
+#: components exceed it early (a 10,000-node Barabasi-Albert graph), where Lanczos takes ~1 s.
+DEFAULT_FACTOR_WORK = 2e9
 
 
-def envelope_size(mat: sp.csr_matrix) -> int:
-    r"""Entries of the lower envelope of a structurally symmetric matrix: :math:`\sum_i (i - f_i)`,
-    :math:`f_i` the first column of row ``i`` (at most ``i``). Bounds the fill of an LU factorisation
-    without pivoting in this order (fill never leaves the envelope)."""
+def envelope(mat: sp.csr_matrix) -> tuple[int, float]:
+    r"""``(entries, work)`` of the lower envelope of a structurally symmetric matrix.
+
+    Row ``i`` spans columns :math:`f_i .. i - 1` (:math:`f_i` its first column, at most ``i``), width
+    :math:`w_i = i - f_i`. ``entries`` :math:`= \sum_i w_i` bounds the fill of an LU factorisation without
+    pivoting in this order (fill never leaves the envelope); ``work`` :math:`= \sum_i \sum_{j = f_i}^{i-1}
+    w_j` bounds its multiply-adds (entry ``(i, j)`` is a dot product over at most :math:`w_j` terms).
+    """
     n = mat.shape[0]
     rows = np.arange(n)
     first = rows.copy()
@@ -58,19 +66,29 @@ def envelope_size(mat: sp.csr_matrix) -> int:
     if nonempty.any():
         starts = mat.indptr[:-1][nonempty]
         first[nonempty] = np.minimum(np.minimum.reduceat(mat.indices, starts), rows[nonempty])
-    return int((rows - first).sum())
+    width = rows - first
+    total = np.concatenate([[0.0], np.cumsum(width, dtype=np.float64)])
+    return int(width.sum()), float((total[rows] - total[first]).sum())
 
 
-def _grounded_factor(adj_c: sp.csr_matrix, deg_c: np.ndarray, factor_max: int):
+def envelope_size(mat: sp.csr_matrix) -> int:
+    """Entries of the lower envelope of ``mat`` (see :func:`envelope`)."""
+    return envelope(mat)[0]
+
+
+def _grounded_factor(adj_c: sp.csr_matrix, deg_c: np.ndarray, factor_max: int, factor_work: float = None):
     """``(solve, keep)``: a solver of the grounded system ``K_{-r} z = b`` (rows ``keep``), or None when its
-    envelope in reverse Cuthill-McKee order exceeds ``factor_max`` entries (nothing factorised then)."""
+    envelope in reverse Cuthill-McKee order exceeds ``factor_max`` entries or ``factor_work`` multiply-adds
+    (nothing factorised then)."""
+    factor_work = DEFAULT_FACTOR_WORK if factor_work is None else factor_work
     n = adj_c.shape[0]
     ground = int(np.argmax(deg_c))
     keep = np.delete(np.arange(n), ground)
     lap = (sp.diags(deg_c) - adj_c).tocsr()[keep][:, keep].tocsr()
     order = reverse_cuthill_mckee(lap, symmetric_mode=True)
     lap = lap[order][:, order].tocsr()
-    if envelope_size(lap) > factor_max:
+    entries, work = envelope(lap)
+    if entries > factor_max or work > factor_work:
         return None
     # no pivoting (diag_pivot_thresh=0) and the given order (NATURAL): fill stays in the envelope
     lu = splu(lap.tocsc(), permc_spec="NATURAL", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
