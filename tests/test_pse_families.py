@@ -169,6 +169,7 @@ def test_sparse_graph_reports_progress(monkeypatch, capsys):
 
 def test_quick_sparse_graph_is_silent(monkeypatch, capsys):
     monkeypatch.setenv("GPSE_DGL_PROGRESS", "0")
+    monkeypatch.setattr(pse_pipeline, "SPARSE_PROGRESS_DELAY", 120.0)  # "quick" even on a loaded machine
     compute_pse_tensors([family_graph("cycle", 3000)], NAMES, dense_limit=100)
     assert capsys.readouterr().err == ""
 

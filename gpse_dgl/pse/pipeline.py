@@ -388,11 +388,14 @@ class _Part:
         names = ", ".join(s.name for s in job.per_graph)
         sg.report = progress_bar(total=sg.n * len(job.per_graph), unit="node", delay=SPARSE_PROGRESS_DELAY,
                                  desc=f"{names} of graph {gid} ({sg.n:,} nodes)")
+        # One BLAS thread: the sparse products and SuperLU run single-threaded anyway, and ARPACK's thin
+        # BLAS-2 calls (n x ~24) gain little from a second thread but stall in its barrier when a core is busy.
         try:
-            for i, s in enumerate(job.per_graph):
-                value = torch.as_tensor(np.asarray(s.sparse(sg)))[None]
-                self.store(s, np.array([gid]), sg.n, _finish(value, s.level == "node" and job.normalize))
-                sg.report.update(max(0, (i + 1) * sg.n - sg.report.n))  # a PSE served from a cache: at once
+            with _blas_threads(1):
+                for i, s in enumerate(job.per_graph):
+                    value = torch.as_tensor(np.asarray(s.sparse(sg)))[None]
+                    self.store(s, np.array([gid]), sg.n, _finish(value, s.level == "node" and job.normalize))
+                    sg.report.update(max(0, (i + 1) * sg.n - sg.report.n))  # a PSE served from a cache: at once
         finally:
             sg.report.close()
 
