@@ -46,9 +46,10 @@ __all__ = ["component_pairs", "envelope", "envelope_size", "DEFAULT_FACTOR_MAX",
 #: Envelope entries up to which a component is solved by shift-invert (SuperLU stores both triangles:
 #: at most ``2 * 12`` bytes per entry, ~0.7 GB at the default).
 DEFAULT_FACTOR_MAX = 30_000_000
-#: Bound on the factorisation's multiply-adds (~1-2 s) up to which shift-invert is chosen. Expander-like
-#: components exceed it early (a 10,000-node Barabasi-Albert graph), where Lanczos takes ~1 s.
-DEFAULT_FACTOR_WORK = 2e9
+#: Bound on the factorisation's multiply-adds up to which shift-invert is chosen: a 316 x 316 grid needs
+#: 5.0e9 (Lanczos there: over 200 s), Barabasi-Albert graphs of 5,000 / 10,000 nodes 4.1e9 / 3.4e10
+#: (expander-like: Lanczos takes about a second, the factorisation a few).
+DEFAULT_FACTOR_WORK = 6e9
 
 
 def envelope(mat: sp.csr_matrix) -> tuple[int, float]:
