@@ -60,6 +60,7 @@ nodes), and with :math:`S` symmetric, for :math:`h = \lfloor k/2 \rfloor`:
   sparse products; deflation makes the error decay with the second-largest :math:`|\mu|` of :math:`S`
   instead of staying at the size of :math:`\phi_i^2` for large k. Besides, diagonals of small powers are
   computed exactly from sparse powers :math:`S^h` while ``nnz(S^h)`` stays below ``exact_nnz``
+  (default ``max(2^22, 16 n)``)
   (:math:`(S^{2h})_{ii} = \|row_i S^h\|^2`, :math:`(S^{2h-1})_{ii} = \langle row_i S^{h-1}, row_i S^h \rangle`).
 
   Estimates are clipped to [0, 1] (they are probabilities): unbiased before clipping, and clipping can
@@ -80,10 +81,11 @@ Cost and bounds: nothing on this path allocates ``n x n``. LapPE: ARPACK keeps `
 factorisation at most twice its envelope (``factor_max``, checked before factorising). RWSE "exact": dense
 ``n x B`` blocks (``_BLOCK_ENTRIES``), work ``~ (k_max / 2) n nnz(A)``; "hutchinson": ``n x B`` probe blocks,
 and sparse powers :math:`S^h` only while the next product's multiply-adds (priced beforehand, they bound
-its entries) stay within ``4 exact_nnz``: on a hub :math:`\mathrm{nnz}(S^2) = \sum_j d_j^2`, so a star
+its entries) stay within ``4 exact_nnz``: on a hub :math:`S \cdot S` costs :math:`\sum_j d_j^2`, so a star
 gets no exact power beyond :math:`S^1` but is still exact, since deflation leaves :math:`R = 0` there
 (the spectrum of a star's :math:`S` is :math:`\pm 1` and 0). Exact vs estimated: steps served by sparse
-powers (every step on paths and grids up to ~10^5 nodes with the default budget) are exact to rounding;
+powers (every step on paths and cycles of any size, as the default budget grows with ``n``; the first
+few on grids and power-law graphs) are exact to rounding;
 the others are the seeded, unbiased estimate above (error ~ :math:`1/\sqrt{N}`).
 """
 from __future__ import annotations
