@@ -107,7 +107,7 @@ def main(argv=None) -> int:
             try:
                 proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
             except subprocess.TimeoutExpired:
-                rows.append({"family": family, "nodes": size, "refused": f"stopped after {args.timeout:g} s"})
+                rows.append({"family": family, "nodes": size, "stopped": f"stopped after {args.timeout:g} s"})
                 print(f"{family} {size:,}: stopped after {args.timeout:g} s", flush=True)
                 continue
             if proc.returncode != 0:
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
         [[r["family"], f"{r['nodes']:,}", f"{r['edges']:,}" if "edges" in r else "–",
           r.get("wall_s", "–"), r.get("cpu_s", "–"), f"{r['peak_rss_mb']:,}" if "peak_rss_mb" in r else "–",
           f"{r['rss_before_mb']:,}" if "rss_before_mb" in r else "–",
-          "refused" if r.get("refused") else r.get("solver", "–"), r.get("rwse", "–")] for r in rows]))
+          "refused" if r.get("refused") else r.get("stopped", r.get("solver")), r.get("rwse", "–")] for r in rows]))
     for r in rows:
         if r.get("refused"):
             print(f"{r['family']} {r['nodes']:,}: {r['refused']}")
