@@ -369,6 +369,11 @@ def _rwse_hutchinson(s, deg, labels, sizes, bipartite, side, steps, num_probes, 
         trivial_odd = phi ** 2 - psi ** 2
         chunk = max(1, min(num_probes, _BLOCK_ENTRIES // max(n, 1) // 2))
         hi = (max(todo) + 1) // 2
+        # R = 0 (stars, complete bipartite graphs: S has eigenvalues +-1 and 0 only) leaves nothing to
+        # estimate; one Gaussian probe tells (R z = 0 for Gaussian z means R = 0 with probability 1).
+        g = np.random.default_rng(seed + 1).standard_normal((n, 1))
+        if np.linalg.norm(s @ project(g)) <= 1e-10 * np.linalg.norm(g):
+            num_probes = 0
         for done in range(0, num_probes, chunk):
             z = rng.choice(np.array([-1.0, 1.0]), size=(n, min(chunk, num_probes - done)))
             prev = project(z)
@@ -380,7 +385,8 @@ def _rwse_hutchinson(s, deg, labels, sizes, bipartite, side, steps, num_probes, 
             _report_share(report, n, done, z.shape[1], num_probes)
         for k in todo:
             # a probability: clipping the (rare, noise-only) excursions below 0 or above 1 only reduces error
-            diag[:, k] = np.clip((trivial_even if k % 2 == 0 else trivial_odd) + acc[:, k] / num_probes, 0, 1)
+            diag[:, k] = np.clip((trivial_even if k % 2 == 0 else trivial_odd) + acc[:, k] / max(num_probes, 1),
+                                 0, 1)
     return diag[:, steps]
 
 
