@@ -25,8 +25,8 @@ from ..utils.errors import GraphTooLargeError
 MATRICES_PER_GRAPH = 12
 #: Graphs above the dense limit with more nodes than this are refused by the sparse PSEs before any work.
 DEFAULT_SPARSE_LIMIT = 1_000_000
-# Peak bytes per node of the sparse LapPE / RWSE path, measured on paths and stars of 10^4-10^6 nodes
-# (benchmarks/pse_families.py); only quoted in the sparse_limit message.
+# Peak bytes per node of the sparse LapPE / RWSE path (process peak 1.06-1.26 GB on 10^6-node paths, stars and
+# cycles, 1.7 GB on K(4, 10^6 - 4), benchmarks/pse_families.py); only quoted in the sparse_limit message.
 SPARSE_BYTES_PER_NODE = 1500
 # padded buckets (see size_buckets) start at size s and span s + max(2, s // BUCKET_SPAN)
 BUCKET_SPAN = 4
@@ -95,6 +95,6 @@ def check_dense_limit(specs, num_nodes: np.ndarray, dense_limit: int, sparse_lim
         if sparse and sparse_limit is not None and n > sparse_limit:
             raise GraphTooLargeError(
                 f"graph {gid} has {n:,} nodes, above sparse_limit={sparse_limit:,} (the largest graph the sparse "
-                f"{', '.join(sparse)} path takes, about {SPARSE_BYTES_PER_NODE * sparse_limit / 2**30:.0f} GiB "
+                f"{', '.join(sparse)} path takes, about {SPARSE_BYTES_PER_NODE * sparse_limit / 2**30:.1f} GiB "
                 f"there): raise the limit (sparse_limit= / --sparse-limit) or leave them out")
     return large
