@@ -95,3 +95,11 @@ def test_train_speed_refuses_a_missing_gpu(capsys):
         _script("train_speed").main(["--device", "cuda", "--clock", "wall", "--small", "--quick"])
     assert exc.value.code == 2
     assert "--device cuda: torch sees no CUDA device here" in capsys.readouterr().err
+
+
+def test_pse_families_reports_time_memory_and_refusals(capsys):
+    _script("pse_families").main(["--families", "path,star", "--sizes", "6000", "--threads", "1",
+                                  "--sparse-limit", "5500"])
+    out = capsys.readouterr().out
+    assert "| path | 6,000 | 5,999 |" in out and "| star | 6,000 | 5,999 |" in out
+    assert out.count("| refused |") == 2 and "above sparse_limit=5,500" in out

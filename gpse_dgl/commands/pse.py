@@ -101,6 +101,9 @@ def _load_dataset(name: str, root):
 @click.option("--dense-limit", type=click.IntRange(min=1), default=None,
               help="Graphs with more nodes use sparse solvers (LapPE, EigVals, RWSE); ElstaticPE and "
                    "HKdiagSE refuse them. Default 5000.")
+@click.option("--sparse-limit", type=click.IntRange(min=1), default=None,
+              help="Largest graph (nodes) the sparse solvers take; larger ones are refused before any work. "
+                   "Default 1,000,000 (~1.5 kB of memory per node).")
 @click.option("--max-cycle-paths", type=click.IntRange(min=1), default=None,
               help="Work bound of the CycleGE cycle counter (partial paths held at once).")
 @click.option("--device", default="cpu", show_default=True,
@@ -111,7 +114,7 @@ def _load_dataset(name: str, root):
               help="Progress report (a bar on a terminal, else a line per 10 %).")
 @output_options
 def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_path, dense_limit,
-            max_cycle_paths, device, workers, progress):
+            sparse_limit, max_cycle_paths, device, workers, progress):
     """Compute explicit positional and structural encodings and save them as a DGL binary file.
 
     Exactly one input: --input, --smiles or --dataset. Graphs are read as simple undirected graphs
@@ -129,6 +132,7 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
       graphs, labels = dgl.load_graphs("pse.bin")  # graphs[i].ndata["RWSE"], labels["CycleGE"][i]
     """
     from ..pse import DEFAULT_DENSE_LIMIT, PSE_REGISTRY, compute_pses
+    from ..pse.compute import DEFAULT_SPARSE_LIMIT
     from ..pse.cycles import CycleLimitError
     from .graph_io import check_input_graphs, read_graph_file, write_graph_file
 
@@ -160,7 +164,7 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
         graphs, graph_level = compute_pses(
             graphs, names, normalize=not no_normalize, progress=progress and not is_quiet(),
             dense_limit=dense_limit or DEFAULT_DENSE_LIMIT, max_cycle_paths=max_cycle_paths, device=device,
-            num_workers=workers)
+            num_workers=workers, sparse_limit=sparse_limit or DEFAULT_SPARSE_LIMIT)
     except CycleLimitError as exc:
         raise exc.naming("--max-cycle-paths") from None
     elapsed = time.perf_counter() - start

@@ -5,7 +5,7 @@ chunks whose float64 ``(B, n, n)`` matrices fit a memory budget (:func:`dense_ch
 PSE reads only the lowest eigenpairs of ``L_sym`` (``PSESpec.padded``), graphs below a size share a padded
 chunk with graphs of nearby sizes instead (:func:`size_buckets`). Consecutive chunks are grouped into one
 thread-pool task each (:func:`chunk_groups`), and graphs above the dense limit are checked against the
-requested PSEs before any work (:func:`check_dense_limit`).
+requested PSEs and the sparse path's size limit before any work (:func:`check_dense_limit`).
 
 Example
 -------
@@ -23,6 +23,11 @@ from ..utils.errors import GraphTooLargeError
 # Upper bound on the float64 n x n matrices alive per graph while a chunk is processed: adjacency, two
 # Laplacians, eigh workspace and two eigenvector sets, squared eigenvectors, L+, Q and its weighted copy.
 MATRICES_PER_GRAPH = 12
+#: Graphs above the dense limit with more nodes than this are refused by the sparse PSEs before any work.
+DEFAULT_SPARSE_LIMIT = 1_000_000
+# Peak bytes per node of the sparse LapPE / RWSE path (process peak 1.06-1.26 GB on 10^6-node paths, stars and
+# cycles, 1.7 GB on K(4, 10^6 - 4), benchmarks/pse_families.py); only quoted in the sparse_limit message.
+SPARSE_BYTES_PER_NODE = 1500
 # padded buckets (see size_buckets) start at size s and span s + max(2, s // BUCKET_SPAN)
 BUCKET_SPAN = 4
 
@@ -72,17 +77,24 @@ def chunk_groups(chunks, budget_bytes: int):
         yield group
 
 
-def check_dense_limit(specs, num_nodes: np.ndarray, dense_limit: int) -> np.ndarray:
-    """Ids of graphs above ``dense_limit``; raise if a requested PSE cannot handle them."""
+def check_dense_limit(specs, num_nodes: np.ndarray, dense_limit: int, sparse_limit: int | None = None) -> np.ndarray:
+    """Ids of graphs above ``dense_limit``; raise if a requested PSE cannot handle them, or if one is above
+    ``sparse_limit`` nodes (the documented bound of the sparse path; None: no bound)."""
     large = np.flatnonzero(num_nodes > dense_limit)
     if large.size:
+        gid = int(large[np.argmax(num_nodes[large])])
+        n = int(num_nodes[gid])
         dense_only = [s.name for s in specs if not s.has_sparse_path]
         if dense_only:
-            gid = int(large[np.argmax(num_nodes[large])])
-            n = int(num_nodes[gid])
             gib = MATRICES_PER_GRAPH * 8 * n * n / 2**30
             raise GraphTooLargeError(
                 f"graph {gid} has {n} nodes, above dense_limit={dense_limit}; {', '.join(dense_only)} "
                 f"need dense {n}x{n} eigendecompositions (about {gib:.1f} GiB) and have no sparse path: "
                 f"raise the limit (dense_limit= / --dense-limit) or leave them out")
+        sparse = [s.name for s in specs if s.sparse is not None]
+        if sparse and sparse_limit is not None and n > sparse_limit:
+            raise GraphTooLargeError(
+                f"graph {gid} has {n:,} nodes, above sparse_limit={sparse_limit:,} (the largest graph the sparse "
+                f"{', '.join(sparse)} path takes, about {SPARSE_BYTES_PER_NODE * sparse_limit / 2**30:.1f} GiB "
+                f"there): raise the limit (sparse_limit= / --sparse-limit) or leave them out")
     return large

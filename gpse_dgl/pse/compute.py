@@ -27,7 +27,8 @@ by a pure-Python DFS). Here:
 5. Graphs above ``dense_limit`` nodes take the sparse path of the PSEs that have one
    (LapPE, EigVals, RWSE via :mod:`gpse_dgl.pse.sparse`; its RWSE is exact up to a work bound and a
    seeded stochastic estimate beyond, see that module); requesting a dense-only PSE (ElstaticPE,
-   HKdiagSE) for such a graph raises :class:`~gpse_dgl.utils.errors.GraphTooLargeError` before any work.
+   HKdiagSE) for such a graph, or any PSE for a graph above ``sparse_limit`` nodes, raises
+   :class:`~gpse_dgl.utils.errors.GraphTooLargeError` before any work.
 6. Whole-collection PSEs (CycleGE) run once over the edge list of all graphs.
 
 Steps 2-6 run in :mod:`.pipeline` (chunk planning in :mod:`.chunks`); this module holds the public entry
@@ -55,10 +56,12 @@ import torch
 
 from .. import _env  # noqa: F401
 from .. import _private
+from .chunks import DEFAULT_SPARSE_LIMIT
 from .pipeline import Job, PSEResult, concat_results
 from .spectral import EdgeCollection
 
-__all__ = ["compute_pses", "compute_pse_tensors", "PSEResult", "DEFAULT_DENSE_LIMIT", "DEFAULT_CHUNK_BYTES"]
+__all__ = ["compute_pses", "compute_pse_tensors", "PSEResult", "DEFAULT_DENSE_LIMIT", "DEFAULT_SPARSE_LIMIT",
+           "DEFAULT_CHUNK_BYTES"]
 
 #: Graphs with more nodes than this use sparse solvers (or are refused by dense-only PSEs).
 DEFAULT_DENSE_LIMIT = 5000
@@ -89,6 +92,7 @@ def compute_pse_tensors(
     device=None,
     num_workers: int = 0,
     collection: Optional[EdgeCollection] = None,
+    sparse_limit: Optional[int] = DEFAULT_SPARSE_LIMIT,
 ) -> PSEResult:
     """Compute PSEs of many graphs and return them as stacked tensors (graphs are not modified).
 
@@ -99,7 +103,8 @@ def compute_pse_tensors(
     -------
     PSEResult
     """
-    job = Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers)
+    job = Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers,
+              sparse_limit)
     parts = [collection] if collection is not None else job.parts(_as_graph_list(graphs)[0])
     return concat_results(job.run(parts))
 
@@ -137,6 +142,7 @@ def compute_pses(
     max_cycle_paths: Optional[int] = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     device=None,
+    sparse_limit: Optional[int] = DEFAULT_SPARSE_LIMIT,
 ):
     """Compute explicit PSEs for a collection of graphs, batched.
 
@@ -155,7 +161,9 @@ def compute_pses(
         Show a tqdm progress bar.
     dense_limit : int
         Graphs with more nodes use the sparse paths (LapPE, EigVals, RWSE); dense-only PSEs
-        (ElstaticPE, HKdiagSE) raise :class:`~gpse_dgl.utils.errors.GraphTooLargeError` for them.
+        (ElstaticPE, HKdiagSE) raise :class:`~gpse_dgl.utils.errors.GraphTooLargeError` for them. A graph
+        on the sparse path that takes more than a few seconds prints a progress line per tenth of its work
+        (unless :func:`gpse_dgl.utils.progress.configure` was told ``quiet``).
     num_workers : int
         Threads that process small same-size chunks (and the cycle count) side by side; 0 (default)
         uses ``torch.get_num_threads()``, 1 runs everything in the calling thread. Chunks of small graphs
@@ -168,6 +176,9 @@ def compute_pses(
         Memory budget of one dense same-size chunk.
     device : torch.device or str, optional
         Where the dense linear algebra runs (e.g. ``"cuda"``); results come back to the CPU.
+    sparse_limit : int, optional
+        Largest graph (nodes) the sparse paths take (default 1,000,000: memory ~1.5 kB per node there); a
+        larger one raises :class:`~gpse_dgl.utils.errors.GraphTooLargeError` before any work. None: no limit.
 
     Returns
     -------
@@ -179,7 +190,8 @@ def compute_pses(
         expanded into their members). Save them with ``dgl.save_graphs(path, graphs, graph_level)``.
     """
     glist, single = _as_graph_list(graphs)
-    job = Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers)
+    job = Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers,
+              sparse_limit)
 
     def write(part_graphs, result):
         # one member graph per input graph (nothing batched): the per-graph counts are known already

@@ -36,11 +36,13 @@ from .. import _env  # noqa: F401
 from .. import _private
 from ..utils.progress import progress as progress_bar
 from . import spectral
-from .chunks import check_dense_limit, chunk_groups, dense_chunks
+from .chunks import DEFAULT_SPARSE_LIMIT, check_dense_limit, chunk_groups, dense_chunks
 from .registry import PSE_REGISTRY, resolve_pse_names
 from .spectral import DenseBatch, EdgeCollection, SparseGraph
 from .standardize import per_graph_standardize, standardize_stack
 
+#: Seconds a graph on the sparse path runs before it reports progress.
+SPARSE_PROGRESS_DELAY = 3.0
 #: Below this many nodes per graph the dense work runs with one intra-op thread (see _intra_op_threads).
 SINGLE_THREAD_BELOW = 128
 #: With the thread pool, inputs of at least twice this many graphs are computed in consecutive parts of
@@ -170,7 +172,7 @@ class Job:
     """
 
     def __init__(self, names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device,
-                 num_workers):
+                 num_workers, sparse_limit=DEFAULT_SPARSE_LIMIT):
         names = resolve_pse_names(names)
         self.specs = [PSE_REGISTRY[name] for name in names]
         if dense_limit < 1:
@@ -179,6 +181,7 @@ class Job:
         self.whole = [s for s in self.specs if s.edges is not None]
         self.needs = set().union(*(s.needs for s in self.per_graph)) if self.per_graph else set()
         self.normalize, self.dense_limit, self.chunk_bytes = normalize, dense_limit, chunk_bytes
+        self.sparse_limit = sparse_limit
         self.max_cycle_paths, self.device, self.num_workers = max_cycle_paths, device, num_workers
         self.on_cpu = device is None or torch.device(device).type == "cpu"
         # padded chunks only where every requested PSE reads nothing but L_sym's lowest eigenpairs, on the CPU
@@ -199,11 +202,11 @@ class Job:
         computed (and, in :func:`compute_pses`, written out) when a later one fails.
         """
         parts = _graph_parts(glist, self.workers_for(len(glist)))
-        if len(parts) > 1 and not all(s.has_sparse_path for s in self.per_graph):
+        if len(parts) > 1 and self.per_graph:
             totals = _private.node_frame_rows(glist)  # bounds every member's size; exact sizes only if needed
             if totals is None or totals.max() > self.dense_limit:
                 sizes = np.concatenate([g.batch_num_nodes().numpy() for g in glist])
-                check_dense_limit(self.per_graph, sizes, self.dense_limit)
+                check_dense_limit(self.per_graph, sizes, self.dense_limit, self.sparse_limit)
         return parts
 
     def run(self, parts: list, on_part=None) -> list:
@@ -309,7 +312,7 @@ class _Part:
         self.job, self.coll, self.graphs = job, coll, graphs
         self.num_nodes = num_nodes = coll.num_nodes
         G, N = coll.num_graphs, coll.total_nodes
-        self.large = check_dense_limit(job.per_graph, num_nodes, job.dense_limit)
+        self.large = check_dense_limit(job.per_graph, num_nodes, job.dense_limit, job.sparse_limit)
         self.result = result = PSEResult(num_nodes=torch.from_numpy(num_nodes.copy()))
         for s in job.specs:
             shape = (N, s.dim) if s.level == "node" else (G, s.dim)
@@ -376,6 +379,26 @@ class _Part:
             value = per_graph_standardize(value, self.num_nodes)
         return value.to(torch.float32)
 
+    def run_sparse(self, gid: int) -> None:
+        """The requested PSEs of graph ``gid`` (above the dense limit) through their sparse paths, with a
+        progress line per tenth of the work once the graph has taken :data:`SPARSE_PROGRESS_DELAY` seconds
+        (``n`` nodes per PSE; silent under ``--quiet``)."""
+        job = self.job
+        sg = SparseGraph(int(self.num_nodes[gid]), *self.coll.graph_edges(gid))
+        names = ", ".join(s.name for s in job.per_graph)
+        sg.report = progress_bar(total=sg.n * len(job.per_graph), unit="node", delay=SPARSE_PROGRESS_DELAY,
+                                 desc=f"{names} of graph {gid} ({sg.n:,} nodes)")
+        # One BLAS thread: the sparse products and SuperLU run single-threaded anyway, and ARPACK's thin
+        # BLAS-2 calls (n x ~24) gain little from a second thread but stall in its barrier when a core is busy.
+        try:
+            with _blas_threads(1):
+                for i, s in enumerate(job.per_graph):
+                    value = torch.as_tensor(np.asarray(s.sparse(sg)))[None]
+                    self.store(s, np.array([gid]), sg.n, _finish(value, s.level == "node" and job.normalize))
+                    sg.report.update(max(0, (i + 1) * sg.n - sg.report.n))  # a PSE served from a cache: at once
+        finally:
+            sg.report.close()
+
     def close(self) -> PSEResult:
         """Whole-collection values in, then the large chunks (torch's intra-op threads: threaded LAPACK
         pays there) and graphs above the dense limit; returns the finished result."""
@@ -391,10 +414,7 @@ class _Part:
                 self.finish_chunk(n, gids, self.new_batch(n, gids))
         # graphs above the dense limit, one by one through the sparse paths
         for gid in self.large:
-            sg = SparseGraph(int(self.num_nodes[gid]), *self.coll.graph_edges(int(gid)))
-            for s in job.per_graph:
-                value = torch.as_tensor(np.asarray(s.sparse(sg)))[None]
-                self.store(s, np.array([gid]), sg.n, _finish(value, s.level == "node" and job.normalize))
+            self.run_sparse(int(gid))
             if job.bar is not None:
                 job.bar.update(1)
         if job.bar is not None:

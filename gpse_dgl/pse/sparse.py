@@ -21,17 +21,14 @@ Per component:
 * size <= ``dense_max`` (default 256): dense ``numpy.linalg.eigh`` of the component's :math:`L`, batched
   over components of equal size, dropping the one zero eigenvalue (an isolated node gives eigenvalue 1
   with eigenvector :math:`e_i`);
-* larger: ARPACK Lanczos (``scipy.sparse.linalg.eigsh``) for the *largest* eigenvalues of
-  :math:`M = 2I - L - 3\phi_C\phi_C^\top`, whose spectrum is :math:`2 - \lambda` on the non-zero part and
-  -1 on :math:`\phi_C`, so the null vector is deflated in closed form and never returned. Lanczos with
-  one start vector sees one copy of a repeated eigenvalue (a square grid has double ones) until rounding
-  lets more in, so the run is repeated with the vectors found so far also deflated (moved to -1) until a
-  run finds nothing below the current k-th eigenvalue: one extra run on graphs without missed copies,
-  and repeated eigenvalues come out with their multiplicity. Lanczos needs
-  only products with the sparse :math:`A` and converges fast at this end of the spectrum for the graphs
-  we see; shift-invert would need a sparse factorisation that fills in on expander-like graphs. ARPACK's
-  ``tol`` (default 1e-10) bounds the relative residual of each Ritz pair; eigenvalue errors are about
-  ``tol`` and eigenvector errors about ``tol / gap``. ``v0`` is seeded, so results are deterministic.
+* larger: :func:`.eigensolvers.component_pairs`, which picks per component either shift-invert (Lanczos
+  on :math:`L^+`, applied through one sparse factorisation of the grounded combinatorial Laplacian, whose
+  memory is bounded before it starts by its envelope in reverse Cuthill-McKee order, ``factor_max``) or,
+  where that envelope is too large (expander-like graphs, whose small eigenvalues are not clustered),
+  plain Lanczos on :math:`2I - L` with the null vector deflated in closed form. Chains, meshes, trees and
+  stars take the first (a path of 80,000 nodes, eigenvalues from 7.7e-10: ~0.5 s), power-law and random
+  graphs the second. Repeated eigenvalues come out with their multiplicity (rounds with the vectors found
+  so far deflated). ``v0`` is seeded, so results are deterministic.
 
 Eigenvalues are clamped at 0, eigenvectors are unit-norm and then made non-negative (absolute value), and
 missing pairs (fewer than k non-zero eigenvalues) are padded with 0. Deviation from the dense reference:
@@ -63,6 +60,7 @@ nodes), and with :math:`S` symmetric, for :math:`h = \lfloor k/2 \rfloor`:
   sparse products; deflation makes the error decay with the second-largest :math:`|\mu|` of :math:`S`
   instead of staying at the size of :math:`\phi_i^2` for large k. Besides, diagonals of small powers are
   computed exactly from sparse powers :math:`S^h` while ``nnz(S^h)`` stays below ``exact_nnz``
+  (default ``max(2^22, 16 n)``)
   (:math:`(S^{2h})_{ii} = \|row_i S^h\|^2`, :math:`(S^{2h-1})_{ii} = \langle row_i S^{h-1}, row_i S^h \rangle`).
 
   Estimates are clipped to [0, 1] (they are probabilities): unbiased before clipping, and clipping can
@@ -79,21 +77,31 @@ nodes), and with :math:`S` symmetric, for :math:`h = \lfloor k/2 \rfloor`:
 * ``method="auto"`` (default): exact when ``n * (nnz(A) + n) <= exact_work`` (default 2e8, a few
   seconds), otherwise hutchinson.
 
-Cost: both paths grow with the edge count, never with ``n^2``. Lanczos is slowest when the smallest
-eigenvalues are tiny and clustered, as on large grids (a 300 x 300 grid has eigenvalues from 2.8e-5,
-double ones included).
+Cost and bounds: nothing on this path allocates ``n x n``. LapPE: ARPACK keeps ``~24 n`` floats, the
+factorisation at most twice its envelope (``factor_max``, checked before factorising). RWSE "exact": dense
+``n x B`` blocks (``_BLOCK_ENTRIES``), work ``~ (k_max / 2) n nnz(A)``; "hutchinson": ``n x B`` probe blocks,
+and sparse powers :math:`S^h` only while the next product's multiply-adds (priced beforehand, they bound
+its entries) stay within ``4 exact_nnz``: on a hub :math:`S \cdot S` costs :math:`\sum_j d_j^2`, so a star
+gets no exact power beyond :math:`S^1` but is still exact, since deflation leaves :math:`R = 0` there
+(the spectrum of a star's :math:`S` is :math:`\pm 1` and 0). Exact vs estimated: steps served by sparse
+powers (every step on paths and cycles of any size, as the default budget grows with ``n``; the first
+few on grids and power-law graphs) are exact to rounding;
+the others are the seeded, unbiased estimate above (error ~ :math:`1/\sqrt{N}`).
 """
 from __future__ import annotations
+
+import logging
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import connected_components
-from scipy.sparse.linalg import ArpackNoConvergence, LinearOperator, eigsh
 
-from ..utils.errors import GPSEError
 from ..utils.graph import simple_edges, symmetric_csr
+from .eigensolvers import DEFAULT_FACTOR_MAX, component_pairs
 
 __all__ = ["sparse_lap_pe", "sparse_rwse", "graph_components"]
+
+_LOG = logging.getLogger(__name__)
 
 # Memory for one dense block (float64 entries) in the exact RWSE and in the batched dense eigh.
 _BLOCK_ENTRIES = 1 << 22
@@ -181,56 +189,9 @@ def _dense_component_pairs(s: sp.csr_matrix, nodes: np.ndarray, size: int, k: in
         yield vals[:, skip:skip + m], vecs[:, :, skip:skip + m]
 
 
-def _lanczos(s_c, shift_vecs, shift_vals, k, tol, seed):
-    """ARPACK: the k largest eigenpairs of I + S_c - sum_j (shift_j) v_j v_j^T (v_j columns of shift_vecs)."""
-    n = s_c.shape[0]
-
-    def matmat(x):
-        x = x.reshape(n, -1)
-        return x + s_c @ x - shift_vecs @ (shift_vals[:, None] * (shift_vecs.T @ x))
-
-    op = LinearOperator((n, n), matvec=matmat, matmat=matmat, dtype=np.float64)
-    v0 = np.random.default_rng(seed).standard_normal(n)
-    ncv = min(n - 1, max(2 * k + 1, 24))
-    try:
-        theta, vecs = eigsh(op, k=k, which="LA", tol=tol, v0=v0, ncv=ncv, maxiter=max(1000, 10 * n))
-    except ArpackNoConvergence as err:
-        raise GPSEError(f"LapPE eigensolver did not converge on a {n}-node component; "
-                        f"retry with a looser tol (now {tol:g})") from err
-    return theta, vecs
-
-
-def _lanczos_component_pairs(s_c: sp.csr_matrix, phi_c: np.ndarray, k: int, tol: float, seed: int,
-                             max_rounds: int = 4):
-    """k smallest non-zero eigenpairs of one connected component's L, with multiplicities.
-
-    Lanczos (one start vector) finds one vector per distinct eigenvalue before rounding errors let
-    further copies in, so a symmetric graph (a square grid) can lose a repeated eigenvalue. After the
-    first run, the found vectors are deflated too (moved to -1 like phi) and the run is repeated; any
-    eigenvalue it finds below the current k-th is a missed copy and is merged in. Stops when a round
-    finds nothing new (one extra run for graphs without such copies).
-    """
-    vecs = phi_c[:, None]
-    shifts = np.array([3.0])  # theta(phi) = 2 moves to -1
-    found_t, found_v = np.empty(0), np.empty((s_c.shape[0], 0))
-    for r in range(max_rounds):
-        theta, v = _lanczos(s_c, vecs, shifts, k, tol, seed + r)
-        if found_t.size:
-            kth = np.sort(found_t)[::-1][min(k, found_t.size) - 1]
-            new = theta > kth + tol * 10
-            if not new.any():
-                break
-            theta, v = theta[new], v[:, new]
-        found_t = np.concatenate([found_t, theta])
-        found_v = np.concatenate([found_v, v], axis=1)
-        vecs = np.concatenate([vecs, v], axis=1)
-        shifts = np.concatenate([shifts, theta + 1.0])
-    order = np.argsort(-found_t, kind="stable")[:k]
-    return 2.0 - found_t[order], found_v[:, order]
-
-
 def sparse_lap_pe(num_nodes: int, u, v, k: int = 4, tol: float = 1e-10, seed: int = 0,
-                  dense_max: int = 256) -> tuple[np.ndarray, np.ndarray]:
+                  dense_max: int = 256, factor_max: int = DEFAULT_FACTOR_MAX,
+                  report=None) -> tuple[np.ndarray, np.ndarray]:
     """LapPE and EigVals of a large graph: the k smallest non-zero eigenpairs of I - D^-1/2 A D^-1/2.
 
     Parameters
@@ -247,6 +208,11 @@ def sparse_lap_pe(num_nodes: int, u, v, k: int = 4, tol: float = 1e-10, seed: in
         Seed of ARPACK's start vector.
     dense_max : int
         Components up to this size are solved densely (batched over equal sizes).
+    factor_max : int
+        Larger components whose grounded Laplacian has at most this many envelope entries are solved by
+        shift-invert, the others by Lanczos (:mod:`.eigensolvers`).
+    report : optional
+        Progress reporter (``update(nodes)``), told the nodes of each component as it is solved.
 
     Returns
     -------
@@ -282,10 +248,15 @@ def sparse_lap_pe(num_nodes: int, u, v, k: int = 4, tol: float = 1e-10, seed: in
                 cand_nodes.extend(nodes[done:done + b])
                 cand_vecs.extend(vecs[:, :, j])
             done += b
+    if report is not None:
+        report.update(int(sizes[sizes <= dense_max].sum()))
     for c in comp_ids[sizes > dense_max]:
         nodes = members[start[c]:start[c + 1]]
-        vals, vecs = _lanczos_component_pairs(s[nodes][:, nodes].tocsr(), phi[nodes], min(k, nodes.size - 1),
-                                              tol, seed)
+        vals, vecs, solver = component_pairs(s[nodes][:, nodes].tocsr(), deg[nodes], phi[nodes],
+                                             min(k, nodes.size - 1), tol, seed, factor_max)
+        _LOG.info("LapPE: %s on a %d-node component", solver, nodes.size)
+        if report is not None:
+            report.update(int(nodes.size))
         cand_vals.append(vals)
         cand_comp.append(np.full(vals.shape[0], c))
         cand_nodes.extend([nodes] * vals.shape[0])
@@ -312,7 +283,13 @@ def _check_steps(steps) -> list[int]:
     return steps
 
 
-def _rwse_exact(s: sp.csr_matrix, steps: list[int], block: int | None = None) -> np.ndarray:
+def _report_share(report, n: int, done: int, size: int, total: int) -> None:
+    """Tell ``report`` the nodes' share of work items ``done .. done + size`` out of ``total``."""
+    if report is not None:
+        report.update(n * (done + size) // total - n * done // total)
+
+
+def _rwse_exact(s: sp.csr_matrix, steps: list[int], block: int | None = None, report=None) -> np.ndarray:
     """Exact diag(S^k) on blocks of unit vectors: (S^k)_ii = <S^h e_i, S^(k-h) e_i>, h = floor(k/2)."""
     n = s.shape[0]
     kmax = max(steps)
@@ -331,31 +308,40 @@ def _rwse_exact(s: sp.csr_matrix, steps: list[int], block: int | None = None) ->
             if 2 * t in want:
                 diag[idx, 2 * t] = np.einsum("ij,ij->j", cur, cur)
             prev = cur
+        _report_share(report, n, lo, idx.size, n)
     return diag[:, steps]
 
 
 def _exact_small_powers(s: sp.csr_matrix, kmax: int, exact_nnz: int) -> dict[int, np.ndarray]:
-    """Exact diag(S^k) for the small k reachable with sparse powers S^h of at most ``exact_nnz`` entries."""
+    r"""Exact diag(S^k) for the small k reachable with sparse powers S^h of at most ``exact_nnz`` entries.
+
+    Each product ``S^h @ S`` is priced before it runs: its multiply-adds, :math:`\sum_{(i,j) \in S^h}
+    \mathrm{nnz}(S_{j\cdot})`, bound the entries of the result. On a hub the first product alone costs
+    :math:`\sum_j d_j^2` (a star with 60,000 leaves: 3.6e9, a dense 60,000 x 60,000 block): such products
+    are never started, and the steps they would serve go to the estimator. Two powers are alive at a time.
+    """
     out = {1: np.asarray(s.diagonal())}
-    powers = [sp.identity(s.shape[0], format="csr"), s]  # powers[h] = S^h
-    mean_deg = max(s.nnz / max(s.shape[0], 1), 1.0)
+    row_nnz = np.diff(s.indptr).astype(np.float64)
+    prev, cur = sp.identity(s.shape[0], format="csr"), s  # S^(h-1), S^h
     h = 1
     while True:
-        out[2 * h - 1] = np.asarray(powers[h - 1].multiply(powers[h]).sum(axis=1)).ravel()
+        out[2 * h - 1] = np.asarray(prev.multiply(cur).sum(axis=1)).ravel()
         if 2 * h <= kmax:
-            out[2 * h] = np.asarray(powers[h].multiply(powers[h]).sum(axis=1)).ravel()
-        # nnz(S^(h+1)) <= nnz(S^h) * mean degree (roughly): skip products that would blow the budget
-        if 2 * h + 1 > kmax or powers[h].nnz * mean_deg > 4 * exact_nnz:
+            out[2 * h] = np.asarray(cur.multiply(cur).sum(axis=1)).ravel()
+        if 2 * h + 1 > kmax:
             break
-        nxt = (powers[h] @ s).tocsr()
+        work = np.bincount(cur.indices, minlength=s.shape[0]) @ row_nnz  # multiply-adds of cur @ s
+        if work > 4 * exact_nnz:
+            break
+        nxt = (cur @ s).tocsr()
         if nxt.nnz > exact_nnz:
             break
-        powers.append(nxt)
+        prev, cur = cur, nxt
         h += 1
     return out
 
 
-def _rwse_hutchinson(s, deg, labels, sizes, bipartite, side, steps, num_probes, seed, exact_nnz):
+def _rwse_hutchinson(s, deg, labels, sizes, bipartite, side, steps, num_probes, seed, exact_nnz, report=None):
     """Deflated, symmetrically split Hutchinson estimate of diag(S^k) (see module docstring)."""
     n = s.shape[0]
     kmax = max(steps)
@@ -383,6 +369,11 @@ def _rwse_hutchinson(s, deg, labels, sizes, bipartite, side, steps, num_probes, 
         trivial_odd = phi ** 2 - psi ** 2
         chunk = max(1, min(num_probes, _BLOCK_ENTRIES // max(n, 1) // 2))
         hi = (max(todo) + 1) // 2
+        # R = 0 (stars, complete bipartite graphs: S has eigenvalues +-1 and 0 only) leaves nothing to
+        # estimate; one Gaussian probe tells (R z = 0 for Gaussian z means R = 0 with probability 1).
+        g = np.random.default_rng(seed + 1).standard_normal((n, 1))
+        if np.linalg.norm(s @ project(g)) <= 1e-10 * np.linalg.norm(g):
+            num_probes = 0
         for done in range(0, num_probes, chunk):
             z = rng.choice(np.array([-1.0, 1.0]), size=(n, min(chunk, num_probes - done)))
             prev = project(z)
@@ -391,14 +382,16 @@ def _rwse_hutchinson(s, deg, labels, sizes, bipartite, side, steps, num_probes, 
                 acc[:, 2 * t - 1] += np.einsum("ij,ij->i", prev, cur)
                 acc[:, 2 * t] += np.einsum("ij,ij->i", cur, cur)
                 prev = cur
+            _report_share(report, n, done, z.shape[1], num_probes)
         for k in todo:
             # a probability: clipping the (rare, noise-only) excursions below 0 or above 1 only reduces error
-            diag[:, k] = np.clip((trivial_even if k % 2 == 0 else trivial_odd) + acc[:, k] / num_probes, 0, 1)
+            diag[:, k] = np.clip((trivial_even if k % 2 == 0 else trivial_odd) + acc[:, k] / max(num_probes, 1),
+                                 0, 1)
     return diag[:, steps]
 
 
 def sparse_rwse(num_nodes: int, u, v, steps=range(2, 22), method: str = "auto", num_probes: int = 256,
-                seed: int = 0, exact_nnz: int = 1 << 22, exact_work: float = 2e8) -> np.ndarray:
+                seed: int = 0, exact_nnz: int | None = None, exact_work: float = 2e8, report=None) -> np.ndarray:
     """Random-walk return probabilities diag((D^-1 A)^k) of a large graph, without dense n x n matrices.
 
     Parameters
@@ -415,11 +408,13 @@ def sparse_rwse(num_nodes: int, u, v, steps=range(2, 22), method: str = "auto", 
         Rademacher probes of the "hutchinson" method.
     seed : int
         Seed of the probes.
-    exact_nnz : int
+    exact_nnz : int, optional
         "hutchinson" computes diag(S^k) exactly from sparse powers S^h with at most this many entries
-        (0 switches it off).
+        (0 switches it off); default ``max(2^22, 16 * num_nodes)``.
     exact_work : float
         Threshold of ``method="auto"``.
+    report : optional
+        Progress reporter (``update(nodes)``): ``num_nodes`` in all, in shares as blocks or probes finish.
 
     Returns
     -------
@@ -433,10 +428,12 @@ def sparse_rwse(num_nodes: int, u, v, steps=range(2, 22), method: str = "auto", 
     if method == "auto":
         method = "exact" if num_nodes * (2.0 * u.shape[0] + num_nodes) <= exact_work else "hutchinson"
     s, deg = _normalised_adjacency(num_nodes, u, v)
+    if exact_nnz is None:
+        exact_nnz = max(1 << 22, 16 * num_nodes)
     if method == "exact":
-        return _rwse_exact(s, steps)
+        return _rwse_exact(s, steps, report=report)
     if method == "hutchinson":
         labels, sizes, bipartite, side = graph_components(num_nodes, u, v)
         return _rwse_hutchinson(s, deg, labels, sizes, bipartite, side, steps, int(num_probes), seed,
-                                int(exact_nnz))
+                                int(exact_nnz), report)
     raise ValueError(f"unknown RWSE method {method!r}; use 'auto', 'exact' or 'hutchinson'")

@@ -489,16 +489,17 @@ class SparseGraph:
         Local simple edges (``u < v``).
     """
 
-    def __init__(self, num_nodes: int, u: np.ndarray, v: np.ndarray):
+    def __init__(self, num_nodes: int, u: np.ndarray, v: np.ndarray, report=None):
         self.n = int(num_nodes)
         self.u = u
         self.v = v
+        self.report = report  # progress reporter told the nodes each computation has finished
 
     @functools.cached_property
     def lap_pe(self) -> tuple[np.ndarray, np.ndarray]:
         """``(|eigvecs| (n, 4), eigvals (4,))`` of L_sym from :func:`gpse_dgl.pse.sparse.sparse_lap_pe`."""
-        return sparse_lap_pe(self.n, self.u, self.v, k=4)
+        return sparse_lap_pe(self.n, self.u, self.v, k=4, report=self.report)
 
     def rwse(self, steps) -> np.ndarray:
         """``(n, len(steps))`` random-walk return probabilities from :func:`gpse_dgl.pse.sparse.sparse_rwse`."""
-        return sparse_rwse(self.n, self.u, self.v, steps=steps)
+        return sparse_rwse(self.n, self.u, self.v, steps=steps, report=self.report)

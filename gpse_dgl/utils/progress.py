@@ -9,6 +9,9 @@
   instead of thousands of carriage-return redraws;
 * nothing at all with ``enabled=False`` or after ``configure(quiet=True)`` (the CLI's ``--quiet``).
 
+``delay`` (seconds) keeps both silent until the work has run that long, so a step that may be quick or
+slow (one large graph) reports only when it is slow.
+
 ``configure(verbose=True)`` (the CLI's ``--verbose``) also shows gpse_dgl's INFO log messages.
 
 Example
@@ -67,7 +70,7 @@ def bars_wanted(stream=None) -> bool:
 
 
 def progress(iterable=None, *, total: int | None = None, desc: str = "", unit: str = "it", leave: bool = True,
-             initial: int = 0, enabled: bool = True, **tqdm_options):
+             initial: int = 0, enabled: bool = True, delay: float = 0.0, **tqdm_options):
     """A progress reporter over ``iterable`` (or, without one, for ``update(n)`` calls); see the module doc."""
     if total is None and iterable is not None and hasattr(iterable, "__len__"):
         total = len(iterable)
@@ -77,20 +80,21 @@ def progress(iterable=None, *, total: int | None = None, desc: str = "", unit: s
         return LineProgress(None, total, desc, unit, silent=True, initial=initial)
     if bars_wanted():
         return tqdm(iterable, total=total, desc=desc, unit=unit, leave=leave, initial=initial, dynamic_ncols=True,
-                    **tqdm_options)
-    return LineProgress(iterable, total, desc, unit, initial=initial)
+                    delay=delay, **tqdm_options)
+    return LineProgress(iterable, total, desc, unit, initial=initial, delay=delay)
 
 
 class LineProgress:
     """The subset of tqdm's interface the package uses, printing a line per 10 % to stderr (or nothing).
 
     ``initial`` counts work done before (a resumed run); lines report the 10 % marks crossed after it.
+    Marks crossed in the first ``delay`` seconds are not reported.
     """
 
     def __init__(self, iterable=None, total: int | None = None, desc: str = "", unit: str = "it",
-                 silent: bool = False, initial: int = 0, stream=None):
+                 silent: bool = False, initial: int = 0, stream=None, delay: float = 0.0):
         self.iterable, self.total, self.desc, self.unit = iterable, total, desc, unit
-        self.silent, self.n, self.stream = silent, initial, stream
+        self.silent, self.n, self.stream, self.delay = silent, initial, stream, delay
         self._started = time.perf_counter()
         self._next_tenth = self._tenths() + 1
         self._closed = False
@@ -118,7 +122,7 @@ class LineProgress:
             self._say(f"{min(100, 100 * self.n // self.total)}%")
 
     def _say(self, status: str) -> None:
-        if self.silent:
+        if self.silent or time.perf_counter() - self._started < self.delay:
             return
         done = f"{self.n:,}/{self.total:,}" if self.total else f"{self.n:,}"
         unit = self.unit if (self.total or self.n) == 1 else f"{self.unit}s"
