@@ -44,17 +44,17 @@ def test_node_features_are_the_one_process_draw(n, dim):
     assert torch.equal(node_features(n, dim, 11, key, wanted), full[wanted])
 
 
-def test_chunks_cover_every_in_edge_once_with_the_virtual_node_last():
+def test_chunks_cover_every_in_edge_once():
     src = torch.tensor([5, 6, 7, 5, 9, 9, 9])
     dst = torch.tensor([0, 0, 1, 2, 2, 1, 0])
-    chunks = plan_chunks(src, dst, 3, chunk_edges=2, virtual=True)
+    chunks = plan_chunks(src, dst, 3, chunk_edges=2)
     seen = []
     for chunk in chunks:
         for piece in chunk.pieces:
             s, d = piece.block.edges()
-            srcs = torch.cat([piece.sources, torch.tensor([-1])])[s.long()]
+            srcs = piece.sources[s.long()]
             seen += [(int(a), chunk.start + int(b)) for a, b in zip(srcs, d)]
-    assert sorted(seen) == sorted([(int(a), int(b)) for a, b in zip(src, dst)] + [(-1, i) for i in range(3)])
+    assert sorted(seen) == sorted((int(a), int(b)) for a, b in zip(src, dst))
 
 
 def test_partition_records_ids_and_whole_in_neighbourhoods(tmp_path):

@@ -83,7 +83,7 @@ def node_features(num_nodes: int, dim: int, seed: int, key: int, wanted: torch.T
 @dataclass
 class _Piece:
     sources: torch.Tensor   # global (DGL new) ids of the piece's distinct sources
-    block: object           # DGL block: sources (+ the virtual node last) -> the chunk's nodes
+    block: object           # DGL block: the piece's sources -> the chunk's nodes
 
 
 @dataclass
@@ -93,12 +93,10 @@ class _Chunk:
     pieces: list
 
 
-def plan_chunks(src: torch.Tensor, dst_pos: torch.Tensor, num_rows: int, chunk_edges: int,
-                virtual: bool) -> list:
+def plan_chunks(src: torch.Tensor, dst_pos: torch.Tensor, num_rows: int, chunk_edges: int) -> list:
     """Destination chunks over the trainer's rows ``0 .. num_rows - 1`` with their in-edges
     ``src -> dst_pos`` (global source ids, destination rows); each chunk's edges in pieces of at most
-    ``chunk_edges``, the virtual node's edge to every row in the last piece (after the row's own edges,
-    as in one process)."""
+    ``chunk_edges`` (the virtual node's message is added apart: it has one source for every row)."""
     order = torch.sort(dst_pos, stable=True).indices
     src, dst_pos = src[order], dst_pos[order]
     indptr = np.zeros(num_rows + 1, dtype=np.int64)
@@ -110,14 +108,10 @@ def plan_chunks(src: torch.Tensor, dst_pos: torch.Tensor, num_rows: int, chunk_e
         lo, hi = int(indptr[start]), int(indptr[stop])
         pieces = []
         cuts = list(range(lo, hi, chunk_edges)) or [lo]
-        for i, a in enumerate(cuts):
+        for a in cuts:
             b = min(a + chunk_edges, hi)
             sources, index = torch.unique(src[a:b], return_inverse=True)
-            rows = dst_pos[a:b] - start
-            if virtual and i == len(cuts) - 1:
-                index = torch.cat([index, torch.full((stop - start,), len(sources), dtype=torch.int64)])
-                rows = torch.cat([rows, torch.arange(stop - start)])
-            block = dgl.create_block((index, rows), num_src_nodes=len(sources) + int(virtual),
+            block = dgl.create_block((index, dst_pos[a:b] - start), num_src_nodes=len(sources),
                                      num_dst_nodes=stop - start)
             pieces.append(_Piece(sources, block))
         chunks.append(_Chunk(start, stop, pieces))
@@ -168,7 +162,7 @@ def encode_distributed(trainer: Trainer, encoder: GPSE, out_dir, seed: int = 0,
     d, virtual = encoder.dim_hidden, encoder.virtual_node
     mine = _my_nodes(trainer)
     src, rows = _in_edges(trainer, mine)
-    chunks = plan_chunks(src, rows, len(mine), chunk_edges, virtual)
+    chunks = plan_chunks(src, rows, len(mine), chunk_edges)
     del src, rows
     part_start = _part_range(trainer)[0]
     my_orig = orig_ids(info["directory"], trainer.part)[mine - part_start]
@@ -209,11 +203,10 @@ def encode_distributed(trainer: Trainer, encoder: GPSE, out_dir, seed: int = 0,
             key, skip = conv.destination_projections(h_dst)
             out = to_accumulation(skip)
             for piece in chunk.pieces:
-                q, v = query[piece.sources], value[piece.sources]
                 pulled += len(piece.sources)
-                if piece.block.num_src_nodes() > len(piece.sources):
-                    q, v = torch.cat([q, query_vn]), torch.cat([v, value_vn])
-                out = out.add_(gated_sum(piece.block, key, q, v))
+                out = out.add_(gated_sum(piece.block, key, query[piece.sources], value[piece.sources]))
+            if virtual:  # the virtual node's message to every node of the chunk
+                out.add_(torch.sigmoid(key.add_(query_vn)).mul_(value_vn))
             encoder.residual_update(layer, h_dst, _with_bias(out, conv))
         if virtual:
             encoder.residual_update(layer, h_vn, _with_bias(to_accumulation(skip_vn).add_(vn_sum), conv))

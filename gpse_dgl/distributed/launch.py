@@ -69,6 +69,7 @@ class Process:
     ended: float | None = None
     returncode: int | None = None
     peak_rss_bytes: int | None = None   # from wait4 (local processes only)
+    cpu_seconds: float | None = None    # user + system time, from wait4 (local processes only)
 
     @property
     def name(self) -> str:
@@ -183,6 +184,7 @@ class _Run:
         proc.popen.returncode = proc.returncode
         proc.ended = time.perf_counter()
         proc.peak_rss_bytes = usage.ru_maxrss * 1024
+        proc.cpu_seconds = usage.ru_utime + usage.ru_stime
         return True
 
     def watch(self) -> None:
@@ -258,9 +260,10 @@ class LaunchResult:
     seconds: float = 0.0
 
     def table(self) -> list:
-        """One dict per process: role, index, partition, seconds, peak RSS (bytes; local runs)."""
+        """One dict per process: role, index, partition, seconds, CPU seconds and peak RSS (bytes) (the last
+        two for local runs)."""
         return [{"role": p.role, "index": p.index, "part": p.part, "host": p.host, "seconds": p.seconds,
-                 "peak_rss_bytes": p.peak_rss_bytes} for p in self.processes]
+                 "cpu_seconds": p.cpu_seconds, "peak_rss_bytes": p.peak_rss_bytes} for p in self.processes]
 
 
 def launch(part_dir, trainer_command: list, logs, trainers_per_part: int = 1, hosts=None, via: str = "local",
