@@ -5,6 +5,7 @@ machine, mostly process start-up and DGL's connection retries).
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -118,11 +119,16 @@ def test_two_servers_two_trainers_equal_one_process(small_run):
     stats = [json.loads(p.read_text()) for p in sorted((tmp / "enc" / "logs" / "stats").glob("*.json"))]
     assert sorted(s["role"] for s in stats) == ["server", "server", "trainer", "trainer"]
     assert sum(s["nodes"] for s in stats if s["role"] == "trainer") == 2000
-    assert not list(Path("/dev/shm").glob("gpse-*"))
+    assert not _shared_memory_left(tmp / "enc" / "logs")
 
 
 _SLEEPER = ("import os, time; from gpse_dgl.distributed.runtime import join_trainer; t = join_trainer(); "
             "print('joined', os.getpid(), flush=True); time.sleep(120)")
+
+
+def _shared_memory_left(logs: Path) -> list:
+    """The run's files still in /dev/shm (the launcher removes them at the end)."""
+    return glob.glob(json.loads((logs / "processes.json").read_text())["shared_memory"])
 
 
 def _alive(pid: int) -> bool:
@@ -154,7 +160,7 @@ def test_a_killed_process_ends_the_run_with_one_line(small_run, victim, tmp_path
             time.sleep(0.5)
         else:
             pytest.fail("the trainers did not join")
-        table = json.loads((logs / "processes.json").read_text())
+        table = json.loads((logs / "processes.json").read_text())["processes"]
         pids = {f"{row['role']} {row['index']}": row["pid"] for row in table}
         os.kill(pids[victim], signal.SIGKILL)
         _, err = launcher.communicate(timeout=60)
@@ -166,7 +172,7 @@ def test_a_killed_process_ends_the_run_with_one_line(small_run, victim, tmp_path
     assert victim in lines[0] and "SIGKILL" in lines[0] and "stopped the other 3 processes" in lines[0]
     time.sleep(0.5)
     assert not [name for name, pid in pids.items() if _alive(pid)]
-    assert not list(Path("/dev/shm").glob("gpse-*"))
+    assert not _shared_memory_left(logs)
 
 
 def test_launch_errors_are_one_line(tmp_path):

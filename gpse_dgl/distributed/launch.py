@@ -9,7 +9,7 @@ same paths on every host (a shared file system).
 
 Every process gets the environment :mod:`gpse_dgl.distributed.runtime` documents, its own process
 group and, on Linux, a parent-death signal, and writes its output to ``LOGS/<role><i>.log``
-(``LOGS/processes.json`` lists the processes with their pids). The
+(``LOGS/processes.json`` lists the processes with their pids, and the run's shared-memory names). The
 launcher watches them all: when one exits with an error or a signal, or a server stops while trainers
 still run, or ``timeout`` passes, it stops the others (SIGTERM to each process group, SIGKILL after a
 grace period), removes the shared memory the run left on this host and raises :class:`LaunchError`
@@ -172,7 +172,9 @@ class _Run:
                                               preexec_fn=_die_with_parent)
         table = [{"role": p.role, "index": p.index, "part": p.part, "host": p.host, "pid": p.popen.pid,
                   "log": str(p.log)} for p in self.processes]
-        (self.processes[0].log.parent / "processes.json").write_text(json.dumps(table, indent=1) + "\n")
+        record = {"run_id": self.run_id, "shared_memory": f"/dev/shm/{shared_memory_prefix(self.run_id, '*')}*",
+                  "processes": table}
+        (self.processes[0].log.parent / "processes.json").write_text(json.dumps(record, indent=1) + "\n")
 
     def _reap(self, proc: Process) -> bool:
         if proc.returncode is not None:

@@ -96,8 +96,7 @@ def run_server() -> None:
     rpc.reset()
     server = DistGraphServer(int(_env("DGL_SERVER_ID")), _env("DGL_IP_CONFIG"), int(_env("DGL_NUM_SERVER")),
                              int(_env("DGL_NUM_CLIENT")), _env("DGL_CONF_PATH"), disable_shared_mem=True,
-                             graph_format=os.environ.get("DGL_GRAPH_FORMAT", "csc").split(","),
-                             net_type="socket")
+                             graph_format=os.environ.get("DGL_GRAPH_FORMAT", "csc").split(","))
     server.start()
     write_stats(f"server{_env('DGL_SERVER_ID')}", {"role": "server", "part": part,
                                                    "seconds": time.perf_counter() - start,
