@@ -4,13 +4,14 @@ The graph is a uniform random directed graph of ogbn-arxiv's degree (6.89 edges 
 symmetrising; 200,000 nodes by default), encoded with the shipped default model (or ``--checkpoint``).
 Three runs, each of its own processes, one thread per process:
 
-* ``single``: ``encode_large`` (exact layer-wise) in one process: the reference;
+* ``single``: ``encode_large`` (exact layer-wise) in one process: the reference (with glibc's
+  ``MALLOC_MMAP_THRESHOLD_`` at 128 KiB, as the launcher sets it for its processes);
 * ``parts=1`` and ``parts=2``: ``gpse-dgl partition`` (METIS) then the launcher with one graph server and
   one trainer per partition on loopback (``gpse_dgl.distributed``).
 
 Per process: wall seconds, CPU seconds (user + system, from ``wait4``: steady on a shared machine) and
 peak RSS (``ru_maxrss``; a trainer's includes the shared-memory pages of its partition's query/value rows
-it writes, which its server's RSS counts too). Each distributed result is compared with the reference
+it writes, which its server's RSS counts too: the trainers' statistics give that part). Each distributed result is compared with the reference
 (max abs difference; must be below 1e-5 in fp32). The trainers' statistics (nodes, rows pulled per layer,
 phases) come from ``logs/stats``.
 
@@ -84,6 +85,8 @@ def main(argv=None) -> int:
         _reference(args)
         return 0
     set_threads_env(1)
+    # as the launcher sets it for its processes: the single-process reference runs with the same allocator
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 17))
     import torch
 
     import dgl
@@ -101,7 +104,7 @@ def main(argv=None) -> int:
         dgl.save_graphs(os.path.join(work, "graph.bin"), [graph])
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                    "unknown")
-        results = {"nodes": nodes, "directed_edges_before_symmetrising": graph.num_edges(), "cpu": cpu,
+        results = {"malloc_mmap_threshold": os.environ["MALLOC_MMAP_THRESHOLD_"], "nodes": nodes, "directed_edges_before_symmetrising": graph.num_edges(), "cpu": cpu,
                    "cores": os.cpu_count(), "load_before": os.getloadavg()[0], "runs": []}
         command = [sys.executable, os.path.abspath(__file__), "--reference-worker", "--work", work,
                    "--seed", str(args.seed)] + (["--checkpoint", args.checkpoint] if args.checkpoint else [])
@@ -138,7 +141,9 @@ def main(argv=None) -> int:
                 extra = ""
                 if row["role"] == "trainer" and row["stats"]:
                     s = row["stats"]
-                    extra = (f", {s['nodes']:,} nodes, encode {s['seconds']:.1f} s, "
+                    shared = s["memory"]["end"].get("shared_memory", 0)
+                    extra = (f" (of it {shared / 2**20:,.0f} MiB shared memory: its partition's query/value "
+                             f"rows, counted by its server too), {s['nodes']:,} nodes, encode {s['seconds']:.1f} s, "
                              f"{s['rows_pulled_per_layer']:,} rows pulled per layer")
                 print(f"  {row['role']} {row['index']}: {row['seconds']:.1f} s wall, {row['cpu_seconds']:.1f} s CPU, "
                       f"peak RSS {row['peak_rss_bytes'] / 2**20:,.0f} MiB{extra}", flush=True)

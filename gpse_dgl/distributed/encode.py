@@ -43,7 +43,7 @@ from ..nn.ops import gated_sum
 from ..nn.random_features import graph_seed
 from ..utils.precision import to_accumulation
 from .partition import orig_ids
-from .runtime import Trainer, peak_rss_bytes, write_stats
+from .runtime import Trainer, memory_status, peak_rss_bytes, write_stats
 from .shards import write_manifest, write_shard
 
 __all__ = ["DEFAULT_DIST_CHUNK_EDGES", "node_features", "plan_chunks", "encode_distributed", "FEATURE_ROWS"]
@@ -156,17 +156,20 @@ def encode_distributed(trainer: Trainer, encoder: GPSE, out_dir, seed: int = 0,
     (read the result with :func:`gpse_dgl.distributed.shards.read_encodings`).
     """
     encoder.eval()
-    times = {}
+    times, memory = {}, {"start": memory_status()}
     t0 = time.perf_counter()
     info = trainer.info
     d, virtual = encoder.dim_hidden, encoder.virtual_node
     mine = _my_nodes(trainer)
     src, rows = _in_edges(trainer, mine)
-    chunks = plan_chunks(src, rows, len(mine), chunk_edges)
-    del src, rows
     part_start = _part_range(trainer)[0]
+    trainer.local_graph = None  # the chunks' blocks hold what is needed of it
+    chunks = plan_chunks(src, rows, len(mine), chunk_edges)
+    edges = len(src)
+    del src, rows
     my_orig = orig_ids(info["directory"], trainer.part)[mine - part_start]
     times["plan"] = time.perf_counter() - t0
+    memory["planned"] = memory_status()
 
     t = time.perf_counter()
     x = node_features(info["num_nodes"], encoder.dim_in, sample_seed(seed, 0), info["feature_key"], my_orig)
@@ -211,6 +214,8 @@ def encode_distributed(trainer: Trainer, encoder: GPSE, out_dir, seed: int = 0,
         if virtual:
             encoder.residual_update(layer, h_vn, _with_bias(to_accumulation(skip_vn).add_(vn_sum), conv))
         dist.barrier()  # nobody overwrites query/value rows while another trainer still pulls them
+        if layer == 0:
+            memory["first_layer"] = memory_status()
         log(f"layer {layer + 1}/{len(encoder.convs)}: {time.perf_counter() - lt:.2f} s")
     times["layers"] = time.perf_counter() - t
     encoder.output_stage(h)
@@ -221,9 +226,11 @@ def encode_distributed(trainer: Trainer, encoder: GPSE, out_dir, seed: int = 0,
     if trainer.rank == 0:
         write_manifest(out_dir, info, trainer.world_size, d, seed)
     times["write"] = time.perf_counter() - t
-    stats = {"role": "trainer", "rank": trainer.rank, "part": trainer.part, "nodes": len(mine),
+    memory["end"] = memory_status()
+    stats = {"role": "trainer", "rank": trainer.rank, "part": trainer.part, "nodes": len(mine), "in_edges": edges,
              "chunks": len(chunks), "rows_pulled_per_layer": pulled // max(1, len(encoder.convs)),
-             "seconds": time.perf_counter() - t0, "phases": times, "peak_rss_bytes": peak_rss_bytes()}
+             "seconds": time.perf_counter() - t0, "phases": times, "peak_rss_bytes": peak_rss_bytes(),
+             "memory": memory}
     write_stats(f"trainer{trainer.rank}", stats)
     return stats
 

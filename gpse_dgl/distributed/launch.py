@@ -49,6 +49,8 @@ VIA = ("local", "ssh", "srun")
 DEFAULT_PORT = 30050
 GRACE_SECONDS = 5.0
 SERVER_GONE_SECONDS = 15.0
+#: glibc's MALLOC_MMAP_THRESHOLD_ for the started processes (unless set): buffers above it are mmap'd
+MMAP_THRESHOLD = 1 << 17
 POLL_SECONDS = 0.1
 
 
@@ -315,6 +317,10 @@ def launch(part_dir, trainer_command: list, logs, trainers_per_part: int = 1, ho
         per_host[host] = per_host.get(host, 0) + trainers_per_part
     base = dict(os.environ)
     base.update(env or {})
+    # Trainers pull and free row buffers of tens of MB per chunk; with glibc's adaptive threshold those
+    # come from the heap after the first free and stay resident (measured: 1.13 GB instead of 0.75 GB
+    # peak per trainer at 100,000 nodes x 256).
+    base.setdefault("MALLOC_MMAP_THRESHOLD_", str(MMAP_THRESHOLD))
     base.update({"DGL_DIST_MODE": "distributed", "DGL_IP_CONFIG": str(ip_config), "DGL_NUM_SERVER": "1",
                  "DGL_NUM_CLIENT": str(world), "DGL_CONF_PATH": info["part_config_path"],
                  "DGL_GRAPH_FORMAT": "csc", "DGL_NUM_SAMPLER": "0", "GPSE_DGL_PART_DIR": info["directory"],

@@ -46,7 +46,8 @@ from .. import _private
 from ..utils.errors import GPSEError
 from .partition import read_partition_info
 
-__all__ = ["Trainer", "join_trainer", "run_server", "peak_rss_bytes", "write_stats", "DEFAULT_TIMEOUT"]
+__all__ = ["Trainer", "join_trainer", "run_server", "peak_rss_bytes", "memory_status", "write_stats",
+           "DEFAULT_TIMEOUT"]
 
 #: seconds a collective (or joining the group) waits for the other trainers (GPSE_DGL_DIST_TIMEOUT)
 DEFAULT_TIMEOUT = 300
@@ -76,6 +77,22 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def memory_status() -> dict:
+    """This process's resident memory now: ``rss`` (all), ``shared_memory`` (its part that is ``/dev/shm``
+    pages, e.g. DistTensor rows a trainer shares with its server) and ``peak_rss`` (bytes, Linux)."""
+    fields = {"VmRSS": "rss", "RssShmem": "shared_memory", "VmHWM": "peak_rss"}
+    out = {}
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key in fields:
+                    out[fields[key]] = int(value.split()[0]) * 1024
+    except OSError:
+        pass
+    return out
+
+
 def write_stats(name: str, stats: dict) -> None:
     """Write ``stats`` as ``$GPSE_DGL_STATS_DIR/<name>.json`` (nothing when the variable is unset)."""
     directory = os.environ.get("GPSE_DGL_STATS_DIR")
@@ -100,7 +117,7 @@ def run_server() -> None:
     server.start()
     write_stats(f"server{_env('DGL_SERVER_ID')}", {"role": "server", "part": part,
                                                    "seconds": time.perf_counter() - start,
-                                                   "peak_rss_bytes": peak_rss_bytes()})
+                                                   "peak_rss_bytes": peak_rss_bytes(), "memory": memory_status()})
 
 
 @dataclass
@@ -113,7 +130,7 @@ class Trainer:
     rank: int              # torch.distributed rank (trainers of partition p are p * T ... p * T + T - 1)
     world_size: int
     info: dict             # gpse_partition.json
-    local_graph: dgl.DGLGraph  # the partition's structure (inner nodes, halo nodes, in-edges of inner nodes)
+    local_graph: dgl.DGLGraph | None  # the partition's structure (inner and halo nodes, inner nodes' in-edges)
 
     def barrier(self) -> None:
         dist.barrier()
