@@ -10,7 +10,7 @@ Three runs, each of its own processes, one thread per process:
   one trainer per partition on loopback (``gpse_dgl.distributed``).
 
 Per process: wall seconds, CPU seconds (user + system, from ``wait4``: steady on a shared machine) and
-peak RSS (``ru_maxrss``; a trainer's includes the shared-memory pages of its partition's query/value rows
+peak RSS (``VmHWM``, reported by the process itself; a trainer's includes the shared-memory pages of its partition's query/value rows
 it writes, which its server's RSS counts too: the trainers' statistics give that part). Each distributed result is compared with the reference
 (max abs difference; must be below 1e-5 in fp32). The trainers' statistics (nodes, rows pulled per layer,
 phases) come from ``logs/stats``.
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -47,6 +46,7 @@ def _reference(args) -> None:
 
     import dgl
     from gpse_dgl.encode import encode_large
+    from gpse_dgl.distributed.runtime import peak_rss_bytes
     from gpse_dgl.encode.loading import load_gpse
 
     torch.set_num_threads(1)
@@ -55,7 +55,7 @@ def _reference(args) -> None:
     t0, c0 = time.perf_counter(), time.process_time()
     out = encode_large(model, graphs[0], seed=args.seed)
     result = {"seconds": time.perf_counter() - t0, "cpu_seconds": time.process_time() - c0,
-              "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+              "peak_rss_bytes": peak_rss_bytes()}
     torch.save(out, os.path.join(args.work, "reference.pt"))
     with open(os.path.join(args.work, "reference.json"), "w") as fh:
         json.dump(result, fh)
@@ -104,7 +104,7 @@ def main(argv=None) -> int:
         dgl.save_graphs(os.path.join(work, "graph.bin"), [graph])
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")),
                    "unknown")
-        results = {"malloc_mmap_threshold": os.environ["MALLOC_MMAP_THRESHOLD_"], "nodes": nodes, "directed_edges_before_symmetrising": graph.num_edges(), "cpu": cpu,
+        results = {"malloc_mmap_threshold": os.environ.get("MALLOC_MMAP_THRESHOLD_"), "nodes": nodes, "directed_edges_before_symmetrising": graph.num_edges(), "cpu": cpu,
                    "cores": os.cpu_count(), "load_before": os.getloadavg()[0], "runs": []}
         command = [sys.executable, os.path.abspath(__file__), "--reference-worker", "--work", work,
                    "--seed", str(args.seed)] + (["--checkpoint", args.checkpoint] if args.checkpoint else [])

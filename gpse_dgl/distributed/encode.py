@@ -54,6 +54,8 @@ DEFAULT_DIST_CHUNK_EDGES = 1 << 14
 #: Rows of random features drawn at a time; a multiple of 16, so the draws in blocks are the one draw
 #: of a single process bit for bit (torch fills normal values 16 at a time; tested).
 FEATURE_ROWS = 1 << 14
+#: Pulled source lists are padded to a multiple of this many rows (see plan_chunks).
+PAD_ROWS = 1024
 #: Rows projected at a time as message sources.
 SOURCE_ROWS = 1 << 14
 
@@ -93,10 +95,13 @@ class _Chunk:
     pieces: list
 
 
-def plan_chunks(src: torch.Tensor, dst_pos: torch.Tensor, num_rows: int, chunk_edges: int) -> list:
+def plan_chunks(src: torch.Tensor, dst_pos: torch.Tensor, num_rows: int, chunk_edges: int,
+                pad_id: int | None = None) -> list:
     """Destination chunks over the trainer's rows ``0 .. num_rows - 1`` with their in-edges
     ``src -> dst_pos`` (global source ids, destination rows); each chunk's edges in pieces of at most
-    ``chunk_edges`` (the virtual node's message is added apart: it has one source for every row)."""
+    ``chunk_edges`` (the virtual node's message is added apart: it has one source for every row). With
+    ``pad_id`` (a node of the trainer's own partition: a local row), each piece's source list is padded
+    with it to a multiple of :data:`PAD_ROWS`."""
     order = torch.sort(dst_pos, stable=True).indices
     src, dst_pos = src[order], dst_pos[order]
     indptr = np.zeros(num_rows + 1, dtype=np.int64)
@@ -111,6 +116,11 @@ def plan_chunks(src: torch.Tensor, dst_pos: torch.Tensor, num_rows: int, chunk_e
         for a in cuts:
             b = min(a + chunk_edges, hi)
             sources, index = torch.unique(src[a:b], return_inverse=True)
+            # Pulled row buffers then come in a few sizes only (freed ones fit the next pull); the
+            # padding rows have no edges and are local (copied from shared memory, not sent).
+            padded = -(-len(sources) // PAD_ROWS) * PAD_ROWS
+            if pad_id is not None and padded > len(sources):
+                sources = torch.cat([sources, torch.full((padded - len(sources),), int(pad_id), dtype=torch.int64)])
             block = dgl.create_block((index, dst_pos[a:b] - start), num_src_nodes=len(sources),
                                      num_dst_nodes=stop - start)
             pieces.append(_Piece(sources, block))
@@ -164,7 +174,7 @@ def encode_distributed(trainer: Trainer, encoder: GPSE, out_dir, seed: int = 0,
     src, rows = _in_edges(trainer, mine)
     part_start = _part_range(trainer)[0]
     trainer.local_graph = None  # the chunks' blocks hold what is needed of it
-    chunks = plan_chunks(src, rows, len(mine), chunk_edges)
+    chunks = plan_chunks(src, rows, len(mine), chunk_edges, pad_id=int(mine[0]) if len(mine) else None)
     edges = len(src)
     del src, rows
     my_orig = orig_ids(info["directory"], trainer.part)[mine - part_start]

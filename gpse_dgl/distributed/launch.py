@@ -70,7 +70,7 @@ class Process:
     started: float = 0.0
     ended: float | None = None
     returncode: int | None = None
-    peak_rss_bytes: int | None = None   # from wait4 (local processes only)
+    peak_rss_bytes: int | None = None   # the process's own report (LOGS/stats), when it wrote one
     cpu_seconds: float | None = None    # user + system time, from wait4 (local processes only)
 
     @property
@@ -148,6 +148,15 @@ def _describe_exit(proc: Process) -> str:
     return f"{proc.name}, pid {proc.popen.pid}, {how}"
 
 
+def _reported_peak(proc: Process) -> int | None:
+    """The peak RSS a process wrote into ``LOGS/stats/<role><index>.json`` (our workers do), or None."""
+    try:
+        with open(proc.log.parent / "stats" / f"{proc.role}{proc.index}.json") as fh:
+            return int(json.load(fh)["peak_rss_bytes"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _last_line(path: Path) -> str:
     try:
         with open(path, "rb") as fh:
@@ -187,7 +196,8 @@ class _Run:
         proc.returncode = os.waitstatus_to_exitcode(status)
         proc.popen.returncode = proc.returncode
         proc.ended = time.perf_counter()
-        proc.peak_rss_bytes = usage.ru_maxrss * 1024
+        # (wait4's ru_maxrss is not used: it includes this launcher's size at the fork)
+        proc.peak_rss_bytes = _reported_peak(proc)
         proc.cpu_seconds = usage.ru_utime + usage.ru_stime
         return True
 
@@ -264,8 +274,8 @@ class LaunchResult:
     seconds: float = 0.0
 
     def table(self) -> list:
-        """One dict per process: role, index, partition, seconds, CPU seconds and peak RSS (bytes) (the last
-        two for local runs)."""
+        """One dict per process: role, index, partition, seconds, CPU seconds (local runs) and peak RSS
+        (bytes, as the process reported it; None if it wrote no statistics)."""
         return [{"role": p.role, "index": p.index, "part": p.part, "host": p.host, "seconds": p.seconds,
                  "cpu_seconds": p.cpu_seconds, "peak_rss_bytes": p.peak_rss_bytes} for p in self.processes]
 

@@ -73,8 +73,13 @@ def _isolate(part: int) -> None:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident set size (Linux reports kilobytes)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    """This process's peak resident set size since it started its program (``VmHWM``).
+
+    Not ``getrusage``'s ``ru_maxrss``: that one carries over a forked parent's resident size (a process
+    started by a large launcher would report the launcher's size).
+    """
+    peak = memory_status().get("peak_rss")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def memory_status() -> dict:
