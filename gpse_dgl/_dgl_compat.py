@@ -66,8 +66,24 @@ def graphbolt_problem(dgl_dir: str, torch_version: str, has_torchdata_datapipes:
     return None
 
 
+#: graphbolt classes that DGL's own non-graphbolt code tests with ``isinstance`` (DGL 2.1's graph server
+#: asks whether its partition is a ``FusedCSCSamplingGraph``): the stub has a class of that name that
+#: nothing is an instance of and that cannot be created.
+ISINSTANCE_NAMES = ("FusedCSCSamplingGraph",)
+
+
+def _placeholder_class(name: str, reason: str) -> type:
+    def __init__(self, *args, **kwargs):
+        raise GraphboltUnavailable(f"dgl.graphbolt.{name} is unavailable: {reason}. gpse-dgl does not use "
+                                   f"graphbolt; see docs/INSTALL.md")
+
+    return type(name, (), {"__init__": __init__, "__module__": GRAPHBOLT_MODULE,
+                           "__doc__": f"Placeholder for graphbolt's {name}: no object is one ({reason})."})
+
+
 def make_stub(reason: str) -> types.ModuleType:
-    """A module object standing in for ``dgl.graphbolt``; every attribute access raises."""
+    """A module object standing in for ``dgl.graphbolt``; every attribute access raises, except the
+    placeholder classes of :data:`ISINSTANCE_NAMES` (for ``isinstance`` checks; creating one raises)."""
     stub = types.ModuleType(GRAPHBOLT_MODULE, f"Stand-in for DGL's graphbolt, installed by gpse-dgl: {reason}")
 
     def __getattr__(name: str):
@@ -77,6 +93,8 @@ def make_stub(reason: str) -> types.ModuleType:
                                    f"graphbolt; see docs/INSTALL.md")
 
     stub.__getattr__ = __getattr__
+    for name in ISINSTANCE_NAMES:
+        setattr(stub, name, _placeholder_class(name, reason))
     # the stub is not a package: a `dgl.graphbolt.<sub>` import fails with the reason above, too
     stub.__spec__ = importlib.machinery.ModuleSpec(GRAPHBOLT_MODULE, None)
     stub.__gpse_dgl_stub__ = True

@@ -22,6 +22,15 @@ DGL (checked against 1.1.3 and 2.1.0):
 * :func:`dgl_libraries` (``gpse-dgl info``), through :func:`libdgl_path` and :func:`tensoradapter_loaded`
   -- ``dgl._ffi.base._LIB._name`` and ``dgl._ffi.base.tensor_adapter_loaded``.
 
+* :func:`isolate_dgl_shared_memory` -- ``dgl.distributed.kvstore.empty_shared_mem`` (the module-level
+  name the key-value store creates and opens its shared-memory tensors with): a per-partition prefix on
+  every name, so that several partitions' servers and trainers on one host do not map the same
+  ``/dev/shm`` file (DGL names them after the tensor only; measured: without the prefix two partitions
+  on one host read each other's rows). Used by :mod:`gpse_dgl.distributed` only.
+* :func:`pin_dgl_machine_id` -- ``dgl.distributed.rpc_client.get_local_machine_id``: a trainer's machine
+  (partition) id is found by matching the host's IP addresses against the IP configuration, which
+  gives machine 0 to every trainer when several partitions share one host; the launcher names it instead.
+
 The import guard for DGL 2.x's graphbolt (:mod:`gpse_dgl._dgl_compat`) relies on DGL's package layout
 (``dgl/graphbolt/libgraphbolt_pytorch_<torch version>.so``), not on private attributes; it is checked by
 ``tests/test_dgl_compat.py``.
@@ -55,6 +64,7 @@ import torch
 from . import _dgl_compat
 from . import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 import dgl  # noqa: E402
+from dgl.distributed import kvstore as _dgl_kvstore, rpc_client as _dgl_rpc_client  # noqa: E402
 
 #: Releases the accesses below were read against; ``tests/test_private_access.py`` fails on any other.
 CHECKED_VERSIONS = {"dgl": ("1.1.3", "2.1.0"), "torch": ("2.13",)}
@@ -204,3 +214,22 @@ def reset_multihead_attention(attention: torch.nn.MultiheadAttention) -> None:
     """Re-draw ``attention``'s parameters as its constructor does (``out_proj.weight`` aside, which torch
     initialises as a ``Linear``)."""
     attention._reset_parameters()
+
+
+def isolate_dgl_shared_memory(prefix: str) -> None:
+    """Make ``dgl.distributed``'s key-value store prefix ``prefix`` to the name of every shared-memory
+    tensor it creates or opens in this process (servers and trainers of one partition share a prefix).
+    Idempotent: a second call replaces the prefix."""
+    original = getattr(_dgl_kvstore, "_gpse_dgl_empty_shared_mem", _dgl_kvstore.empty_shared_mem)
+    _dgl_kvstore._gpse_dgl_empty_shared_mem = original
+
+    def prefixed(name, *args, **kwargs):
+        return original(prefix + name, *args, **kwargs)
+
+    _dgl_kvstore.empty_shared_mem = prefixed
+
+
+def pin_dgl_machine_id(machine_id: int) -> None:
+    """Make ``dgl.distributed.initialize`` in this process join as machine (partition) ``machine_id``
+    instead of the first machine of the IP configuration whose address is one of this host's."""
+    _dgl_rpc_client.get_local_machine_id = lambda server_namebook: int(machine_id)

@@ -27,6 +27,8 @@ VERBS = {
     "train": "train",
     "models": "models",
     "report": "report",
+    "partition": "partition",
+    "launch": "launch",
 }
 # verbs whose work is shared out among torchrun's processes (docs/DISTRIBUTED.md)
 SHARDED_VERBS = ("pretrain", "train", "encode")
@@ -65,6 +67,7 @@ def cli():
       gpse-dgl pse --dataset embedded-molecules --out pse.bin
       gpse-dgl pretrain recipes/quickstart.yaml
       gpse-dgl encode --dataset embedded-molecules --out gpse.bin
+      gpse-dgl partition big.bin --parts 2 --out parts/ && gpse-dgl launch parts/ --out enc/
     """
 
 

@@ -100,3 +100,10 @@ def test_info_names_the_backend_the_ops_will_use(monkeypatch, forced, expected):
     assert result.exit_code == 0, result.output
     cpu_line = next(line for line in result.output.splitlines(keepends=True) if line.startswith("  cpu "))
     assert cpu_line.endswith(expected), cpu_line
+
+
+def test_stub_classes_answer_isinstance_and_refuse_construction():
+    stub = _dgl_compat.make_stub("no library")
+    assert not isinstance(object(), stub.FusedCSCSamplingGraph)
+    with pytest.raises(_dgl_compat.GraphboltUnavailable, match="no library"):
+        stub.FusedCSCSamplingGraph()

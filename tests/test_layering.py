@@ -27,7 +27,7 @@ FLOORS = (
     ("pse", "data"),         # explicit encodings; graph sources and caches
     ("nn", "recipe_files"),  # layers, the GPSE encoder and heads, downstream models; reading recipe YAML
     ("encode", "recipes"),   # inference with a pretrained encoder; recipe schema and validation
-    ("train",),              # pretraining and downstream loops
+    ("train", "distributed"),  # pretraining and downstream loops; one graph on dgl.distributed
     ("commands",),           # one click command per verb
     ("cli",),                # the ``gpse-dgl`` click group
     ("__main__",),           # ``python -m gpse_dgl`` (what torchrun starts)

@@ -1,6 +1,7 @@
 """Each private DGL / torch access of gpse_dgl/_private.py against its public counterpart, and the
 releases it was checked against."""
 import io
+import os
 import pickle
 import pickletools
 
@@ -128,3 +129,31 @@ def test_reset_multihead_attention_equals_torch_init():
     assert torch.equal(attention.in_proj_weight, expected)
     assert torch.count_nonzero(attention.in_proj_bias) == 0 and torch.count_nonzero(attention.out_proj.bias) == 0
     assert torch.all(attention.out_proj.weight == 7.0)  # left to out_proj.reset_parameters()
+
+
+def test_isolated_shared_memory_names_carry_the_prefix():
+    from dgl.distributed import kvstore
+
+    original = kvstore.empty_shared_mem
+    _private.isolate_dgl_shared_memory("gpse-test-p0-")
+    try:
+        array = kvstore.empty_shared_mem("probe-kvdata-", True, (4,), "float32")
+        assert os.path.exists("/dev/shm/gpse-test-p0-probe-kvdata-")
+        del array
+    finally:
+        kvstore.empty_shared_mem = original
+        if os.path.exists("/dev/shm/gpse-test-p0-probe-kvdata-"):
+            os.unlink("/dev/shm/gpse-test-p0-probe-kvdata-")
+
+
+def test_pinned_machine_id_overrides_the_address_match():
+    from dgl.distributed import rpc_client
+
+    original = rpc_client.get_local_machine_id
+    namebook = {0: [0, "192.0.2.1", 30050, 1], 1: [1, "127.0.0.1", 30051, 1]}
+    try:
+        assert original(namebook) == 1  # loopback is this host's address
+        _private.pin_dgl_machine_id(0)
+        assert rpc_client.get_local_machine_id(namebook) == 0
+    finally:
+        rpc_client.get_local_machine_id = original

@@ -1,0 +1,180 @@
+"""One graph on dgl.distributed: partition, launcher, layer-wise encoding equal to one process, failures.
+
+The end-to-end tests start 2 graph servers and 2 trainers on loopback (about 20 s each on a 2-core
+machine, mostly process start-up and DGL's connection retries).
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import gpse_dgl  # noqa: F401  (before dgl: graphbolt guard)
+import dgl
+
+from gpse_dgl.data.synthetic import random_graph
+from gpse_dgl.distributed.encode import FEATURE_ROWS, node_features, plan_chunks
+from gpse_dgl.distributed.launch import read_host_file
+from gpse_dgl.distributed.partition import orig_ids, partition, read_partition_info
+from gpse_dgl.distributed.shards import read_encodings
+from gpse_dgl.encode.inference import encode_large
+from gpse_dgl.nn.gpse import GPSE
+from gpse_dgl.nn.random_features import random_node_features, structure_keys
+from gpse_dgl.utils.errors import GPSEError
+from gpse_dgl.utils.graph import as_simple_undirected
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           OMP_NUM_THREADS="1")
+
+
+@pytest.mark.parametrize("n, dim", [(5, 20), (37, 4), (FEATURE_ROWS + 3, 2), (2 * FEATURE_ROWS + 40, 20)])
+def test_node_features_are_the_one_process_draw(n, dim):
+    g = random_graph(n, 2 * n, seed=3)
+    key = structure_keys(g)[0]
+    full = random_node_features(g, dim, seed=11)
+    wanted = torch.randperm(n)[: max(1, n // 3)]
+    assert torch.equal(node_features(n, dim, 11, key, wanted), full[wanted])
+
+
+def test_chunks_cover_every_in_edge_once():
+    src = torch.tensor([5, 6, 7, 5, 9, 9, 9])
+    dst = torch.tensor([0, 0, 1, 2, 2, 1, 0])
+    chunks = plan_chunks(src, dst, 3, chunk_edges=2)
+    seen = []
+    for chunk in chunks:
+        for piece in chunk.pieces:
+            s, d = piece.block.edges()
+            srcs = piece.sources[s.long()]
+            seen += [(int(a), chunk.start + int(b)) for a, b in zip(srcs, d)]
+    assert sorted(seen) == sorted((int(a), int(b)) for a, b in zip(src, dst))
+
+
+def test_partition_records_ids_and_whole_in_neighbourhoods(tmp_path):
+    g = random_graph(400, 1200, seed=2, directed=True)
+    info = partition(g, tmp_path, 2, method="metis")
+    simple = as_simple_undirected(g)
+    assert info["num_edges"] == simple.num_edges() and info["feature_key"] == structure_keys(simple)[0]
+    ids = torch.cat([orig_ids(tmp_path, p) for p in range(2)])
+    assert sorted(ids.tolist()) == list(range(400))
+    for part in range(2):
+        local, *_ = dgl.distributed.load_partition(str(tmp_path / "graph.json"), part, load_feats=False)
+        inner = local.ndata["inner_node"].bool()
+        degrees = local.in_degrees()[inner]
+        original = orig_ids(tmp_path, part)
+        assert torch.equal(degrees, simple.in_degrees(original))
+    with pytest.raises(GPSEError, match="not a gpse-dgl partition"):
+        read_partition_info(tmp_path / "part0")
+
+
+def test_host_file_needs_one_host_per_partition(tmp_path):
+    path = tmp_path / "hosts.txt"
+    path.write_text("# machines\nnode-a 30050\nnode-b\n")
+    assert read_host_file(path, 2) == [("node-a", 30050), ("node-b", 30050)]
+    with pytest.raises(GPSEError, match="2 host line"):
+        read_host_file(path, 3)
+
+
+def _cli(*args, timeout=240):
+    return subprocess.run([sys.executable, "-m", "gpse_dgl", *args], env=ENV, capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def small_run(tmp_path_factory):
+    """A 2,000-node graph of arXiv's degree in 2 METIS partitions and a small random GPSE."""
+    tmp = tmp_path_factory.mktemp("dist")
+    g = random_graph(2000, 13800, seed=1, directed=True)
+    dgl.save_graphs(str(tmp / "g.bin"), [g])
+    torch.manual_seed(0)
+    model = GPSE(dim_in=20, dim_hidden=24, num_layers=4).eval()
+    for norm in [model.pre_norm, *model.norms]:
+        norm.running_mean.normal_(0, 0.1)
+        norm.running_var.uniform_(0.5, 2.0)
+    torch.save({"model_state": model.state_dict(),
+                "model_config": {"dim_in": 20, "dim_hidden": 24, "num_layers": 4}}, tmp / "model.pt")
+    done = _cli("partition", str(tmp / "g.bin"), "--parts", "2", "--out", str(tmp / "parts"))
+    assert done.returncode == 0, done.stderr
+    return tmp, g, model
+
+
+def test_two_servers_two_trainers_equal_one_process(small_run):
+    tmp, g, model = small_run
+    done = _cli("launch", str(tmp / "parts"), "--out", str(tmp / "enc"), "--checkpoint", str(tmp / "model.pt"),
+                "--seed", "3", "--chunk-edges", "3000", "--gather", str(tmp / "all.bin"), "--timeout", "200")
+    assert done.returncode == 0, done.stderr
+    expected = encode_large(model, g, seed=3)
+    got = read_encodings(tmp / "enc")
+    assert (got - expected).abs().max().item() < 1e-5
+    gathered, _ = dgl.load_graphs(str(tmp / "all.bin"))
+    assert gathered[0].num_edges() == g.num_edges() and torch.equal(gathered[0].ndata["gpse"], got)
+    stats = [json.loads(p.read_text()) for p in sorted((tmp / "enc" / "logs" / "stats").glob("*.json"))]
+    assert sorted(s["role"] for s in stats) == ["server", "server", "trainer", "trainer"]
+    assert sum(s["nodes"] for s in stats if s["role"] == "trainer") == 2000
+    assert not _shared_memory_left(tmp / "enc" / "logs")
+
+
+_SLEEPER = ("import os, time; from gpse_dgl.distributed.runtime import join_trainer; t = join_trainer(); "
+            "print('joined', os.getpid(), flush=True); time.sleep(120)")
+
+
+def _shared_memory_left(logs: Path) -> list:
+    """The run's files still in /dev/shm (the launcher removes them at the end)."""
+    return glob.glob(json.loads((logs / "processes.json").read_text())["shared_memory"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("victim", ["trainer 1", "server 0"])
+def test_a_killed_process_ends_the_run_with_one_line(small_run, victim, tmp_path):
+    tmp, _, _ = small_run
+    logs = tmp_path / "logs"
+    launcher = subprocess.Popen([sys.executable, "-m", "gpse_dgl.distributed.launch", str(tmp / "parts"),
+                                 "--logs", str(logs), "--timeout", "200", "--", sys.executable, "-c", _SLEEPER],
+                                env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.time() + 150
+        while time.time() < deadline:
+            logs_text = [(logs / f"trainer{r}.log") for r in range(2)]
+            if all(p.exists() and "joined" in p.read_text() for p in logs_text):
+                break
+            assert launcher.poll() is None, launcher.communicate()
+            time.sleep(0.5)
+        else:
+            pytest.fail("the trainers did not join")
+        table = json.loads((logs / "processes.json").read_text())["processes"]
+        pids = {f"{row['role']} {row['index']}": row["pid"] for row in table}
+        os.kill(pids[victim], signal.SIGKILL)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert launcher.returncode == 1 and len(lines) == 1, err
+    assert victim in lines[0] and "SIGKILL" in lines[0] and "stopped the other 3 processes" in lines[0]
+    time.sleep(0.5)
+    assert not [name for name, pid in pids.items() if _alive(pid)]
+    assert not _shared_memory_left(logs)
+
+
+def test_launch_errors_are_one_line(tmp_path):
+    done = _cli("launch", str(tmp_path), "--out", str(tmp_path / "enc"), timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "gpse-dgl partition" in done.stderr
