@@ -53,8 +53,8 @@ from .metrics import R2Accumulator
 from .mixed_precision import MixedPrecision
 from .rundir import RunDirectory, check_resumed_recipe
 from .schedule import LRSchedule
-from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, torch_threads,
-                      tqdm_write, write_json)
+from .runtime import (derive_seed, first_line, json_safe, progress_bar, resolve_device, run_environment,
+                      torch_threads, tqdm_write, write_json)
 
 
 # what a run writes into its directory (what --overwrite replaces)
@@ -133,14 +133,14 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
     general = recipe["general_pipeline"]
     paths = RunPaths(Path(general["save_path"]))
     cache_dir = recipe["data"]["cache_dir"] or default_cache_dir()
-    with torch_threads(general["num_threads"]), \
-            dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
+    with dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
         if not ctx.is_main:
             progress, log = False, (lambda message: None)
         # rank 0 alone owns (locks, checks, replaces) the run directory; the others start once it has
         owner = (RunDirectory(paths.root, RUN_OUTPUTS, overwrite and not resume, cache_dir, allow_recipe_change)
                  if ctx.is_main else contextlib.nullcontext())
-        with owner as rundir:
+        # threads inside the group: under torchrun each process takes its share of the cores
+        with torch_threads(general["num_threads"], log), owner as rundir:
             if ctx.is_main:
                 _check_run_directory(paths, resume, overwrite)
                 on_epoch_end = rundir.commit_after(on_epoch_end)
@@ -193,7 +193,8 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
               if ctx.is_main else data_parallel.NoWriter())
     run = _Run(recipe, data, model, model_config, optimizer, scheduler, state, eval_batches, paths,
                writer, device, progress, log, started, mixed, ctx,
-               data_parallel.data_parallel(model, ctx, device, general["sync_batchnorm"]))
+               data_parallel.data_parallel(model, ctx, device, general["sync_batchnorm"]),
+               run_environment(ctx, device, mixed.precision, general["num_threads"]))
     if ctx.is_distributed:
         log(f"data-parallel: {ctx.world_size} processes ({ctx.backend}), "
             f"{general['batch_size'] // ctx.world_size} graphs per process and step")
@@ -327,6 +328,7 @@ class _Run:
     mixed: MixedPrecision | None = None
     dist: dist_utils.Context = dist_utils.Context()
     trained: torch.nn.Module | None = None  # what training steps call: the DDP wrapper of model, or None
+    environment: dict = field(default_factory=dict)  # how the run runs (runtime.run_environment)
 
     @property
     def general(self) -> dict:
@@ -561,6 +563,7 @@ class _Run:
             "best_val_r2": state.best_metric if state.best_epoch > 0 else None,
             "best_val": _drop_columns(best.get("val")) if best else None,
             "wall_time_seconds": round(time.perf_counter() - self.started, 2),
+            "environment": self.environment,
             "data": self.data.info,
             "model": {"config": self.model_config, "num_parameters": num_parameters(self.model)},
             "paths": {"run": str(paths.root), "best_checkpoint": str(paths.best),
