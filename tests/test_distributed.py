@@ -271,7 +271,8 @@ def test_torchrun_itself_runs_the_cli(tmp_path):
     graphs, _ = dgl.load_graphs(str(out))
     reference, _ = dgl.load_graphs(str(out))
     expected = encode_dataset(load_gpse(None), reference, progress=False)
-    assert all(torch.equal(g.ndata["gpse"], e) for g, e in zip(graphs, expected))
+    for g, e in zip(graphs, expected):  # each rank batched its own graphs: float sums in another order
+        torch.testing.assert_close(g.ndata["gpse"], e, rtol=0, atol=1e-6)
 
 
 @pytest.mark.slow
