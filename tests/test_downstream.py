@@ -200,6 +200,9 @@ def test_csl_end_to_end(tmp_path, cache_dir):
     job = tmp_path / "job"
     on_disk = json.loads((job / "results.json").read_text())
     assert on_disk["summary"]["test"]["mean"] == run["test"]
+    ran = on_disk["environment"]  # how the job ran
+    assert (ran["world_size"], ran["device"], ran["precision"], ran["threads"]) == (1, "cpu", "fp32", 1)
+    assert ran["versions"]["torch"] == torch.__version__ and ran["cpu_cores"] >= 1
     assert {p.name for p in (job / "seed0-fold0").iterdir()} >= {"last.pt", "best.pt", "result.json", "tensorboard"}
     assert (job / "recipe.yaml").is_file()
     with pytest.raises(CheckpointError, match="already holds a run"):

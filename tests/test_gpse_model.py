@@ -368,3 +368,17 @@ def test_cuda_matches_cpu():
         torch.testing.assert_close(a, b.cpu(), atol=1e-4, rtol=1e-4)
     assert model.encoder(bg, seed=0).device.type == "cuda"
     gpu[0].sum().backward()
+
+
+@pytest.mark.parametrize("virtual_node", [True, False])
+def test_one_node_graph_trains_and_encodes(virtual_node):
+    """A single-atom molecule alone in a batch: one row for every BatchNorm without the virtual node."""
+    torch.manual_seed(0)
+    model = GPSEForPretraining(GPSE(**SMALL, virtual_node=virtual_node),
+                               GPSEHeads(dim_in=SMALL["dim_hidden"], num_node_targets=3, num_graph_targets=2))
+    g = dgl.graph(([], []), num_nodes=1)
+    node_pred, graph_pred = model.train()(g, seed=0)
+    assert node_pred.shape == (1, 3) and graph_pred.shape == (1, 2)
+    (node_pred.square().sum() + graph_pred.square().sum()).backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    assert torch.isfinite(model.encoder.eval()(g, seed=0)).all()

@@ -484,3 +484,34 @@ def paper_gps(dim_pe, pe_model, pe_batchnorm, **kwargs):
 def test_paper_gps_parameter_counts(config, expected):
     model = paper_gps(**config)
     assert sum(p.numel() for p in model.parameters()) == expected
+
+
+def one_node_graph():
+    """A single-atom molecule: one node, no edge."""
+    g = dgl.graph(([], []), num_nodes=1)
+    return g, torch.randn(1, DIM_IN), torch.randn(0, DIM_EDGE), torch.randn(1, DIM_PE_IN)
+
+
+@pytest.mark.parametrize("task_level", ["graph", "node"])
+@pytest.mark.parametrize("name", MODEL_NAMES)
+@pytest.mark.parametrize("tiny", ["one node", "one graph"])
+def test_models_train_and_evaluate_on_a_batch_of_one_node_or_one_graph(name, task_level, tiny):
+    """BatchNorm refuses a training batch of one row (torch); every model and its PE encoder take it."""
+    if tiny == "one node":
+        tiny_batch = one_node_graph()
+    else:
+        g, x, e, pe = make_batch()
+        sizes = g.batch_num_nodes().tolist()
+        first = dgl.unbatch(g)[0]
+        tiny_batch = (dgl.batch([first]), x[:sizes[0]], e[:first.num_edges()], pe[:sizes[0]])
+    model = small_model(name, task_level=task_level)
+    optimiser = torch.optim.SGD(model.parameters(), lr=0.01)
+    rows = 1 if task_level == "graph" else tiny_batch[0].num_nodes()
+    for mode in ("train", "eval"):
+        getattr(model, mode)()
+        out = run_forward(model, tiny_batch)
+        assert out.shape == (rows, 2) and torch.isfinite(out).all(), (name, mode)
+        if mode == "train":
+            out.square().sum().backward()
+            optimiser.step()
+            assert all(torch.isfinite(p).all() for p in model.parameters())

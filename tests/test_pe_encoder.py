@@ -101,3 +101,31 @@ def test_model_splits_hidden_width_between_features_and_pe():
     assert model.input_encoder.node_encoder.out_features == 32 - 8
     x, pe = torch.randn(3, 5), torch.randn(3, 10)
     assert not torch.allclose(model(g, x, pe=pe), model(g, x, pe=pe + 1.0))  # the PE reaches the output
+
+
+def test_batchnorm_takes_a_training_batch_of_one_row():
+    """One row in training: running statistics, unchanged; more rows: exactly nn.BatchNorm1d."""
+    from gpse_dgl.nn.batch_norm import BatchNorm1d
+
+    torch.manual_seed(0)
+    norm, reference = BatchNorm1d(3).train(), nn.BatchNorm1d(3).train()
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(norm(x), reference(x), rtol=0, atol=0)
+    stats = norm.running_mean.clone(), norm.running_var.clone(), int(norm.num_batches_tracked)
+    row = torch.randn(1, 3, requires_grad=True)
+    out = norm(row)
+    expected = (row - stats[0]) / torch.sqrt(stats[1] + norm.eps)
+    torch.testing.assert_close(out, expected)
+    out.sum().backward()
+    assert norm.weight.grad is not None and row.grad is not None
+    assert torch.equal(norm.running_mean, stats[0]) and torch.equal(norm.running_var, stats[1])
+    assert int(norm.num_batches_tracked) == stats[2]
+    free = BatchNorm1d(3, track_running_stats=False).train()  # no running statistics: the bias, as the limit
+    assert torch.equal(free(torch.randn(1, 3)), free.bias.detach().expand(1, 3))
+    with torch.no_grad():
+        assert PEEncoder(4, 2, batchnorm=True).train()(torch.randn(1, 4)).shape == (1, 2)
+    from gpse_dgl.nn.sync_batchnorm import SyncBatchNorm1d  # one process: the same rule
+
+    synced = SyncBatchNorm1d(3).train()
+    torch.testing.assert_close(synced(row.detach()), (row.detach() - synced.running_mean) / torch.sqrt(
+        synced.running_var + synced.eps))

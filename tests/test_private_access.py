@@ -157,3 +157,29 @@ def test_pinned_machine_id_overrides_the_address_match():
         assert rpc_client.get_local_machine_id(namebook) == 0
     finally:
         rpc_client.get_local_machine_id = original
+
+
+def test_setup_cfg_admits_only_checked_releases():
+    """An unpinned `pip install -e .` must resolve releases this file was checked against, per Python: the
+    ranges of setup.cfg admit no other torch minor and no other DGL release (a fresh 3.12 environment once
+    resolved torch 2.14, and the test above failed there)."""
+    import configparser
+    from pathlib import Path
+
+    from packaging.requirements import Requirement
+
+    setup = configparser.ConfigParser()
+    setup.read(Path(__file__).resolve().parent.parent / "setup.cfg", encoding="utf-8")
+    lines = [line.split("#")[0].strip() for line in setup["options"]["install_requires"].splitlines()]
+    requirements = [Requirement(line) for line in lines if line]
+    candidates = {"torch": ["2.1.0", "2.12.1", "2.13.0", "2.13.1", "2.14.0", "2.14.1", "2.15.0", "3.0.0"],
+                  "dgl": ["1.1.2", "1.1.3", "2.0.0", "2.1.0", "2.2.1", "2.4.0"]}
+    for python in ("3.10", "3.11", "3.12"):
+        for name, versions in candidates.items():
+            specs = [r.specifier for r in requirements
+                     if r.name == name and (r.marker is None or r.marker.evaluate({"python_version": python}))]
+            assert len(specs) == 1, (python, name, specs)
+            admitted = [v for v in versions if v in specs[0]]
+            checked = _private.CHECKED_VERSIONS[name]
+            key = (lambda v: ".".join(v.split(".")[:2])) if name == "torch" else (lambda v: v)
+            assert admitted and all(key(v) in checked for v in admitted), (python, name, admitted, checked)

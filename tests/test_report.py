@@ -20,7 +20,8 @@ def run_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("report_run")
     recipe_file = root / "r.yaml"
     recipe_file.write_text(
-        f"data: {{max_graphs: {NUM_GRAPHS}, cache_dir: '{root / 'cache'}', split: [0.7, 0.15, 0.15]}}\n"
+        f"data: {{max_graphs: {NUM_GRAPHS}, cache_dir: '{root / 'cache'}', split: [0.7, 0.15, 0.15], "
+        "graph_target_scaling: standardize}\n"
         "model: {dim_hidden: 8, num_layers: 1, head_hidden: 4, graph_head_hidden: 8}\n"
         "general_pipeline: {num_epochs: 2, batch_size: 16, num_threads: 1, lr_scheduler: {warmup_epochs: 1}}\n",
         encoding="utf-8")
@@ -92,3 +93,53 @@ def test_missing_matplotlib_leaves_one_line_and_no_failure(run_dir, monkeypatch)
     lines = []
     assert report_after_run(run_dir, log=lines.append) is None
     assert len(lines) == 1 and "pip install matplotlib" in lines[0] and f"gpse-dgl report {run_dir}" in lines[0]
+
+
+def test_a_report_on_other_graphs_maps_graph_outputs_back_with_the_training_statistics(run_dir, tmp_path,
+                                                                                       monkeypatch, capsys):
+    """`report --checkpoint X --dataset OTHER` (here: other graphs of the source) takes the statistics the
+    model was trained with from the checkpoint, not those of the other graphs; an older checkpoint without
+    them falls back to the other graphs' own, with one line."""
+    import torch
+
+    from gpse_dgl.train import report
+    from gpse_dgl.utils.checkpoint import export_inference_checkpoint, load_pretrain_checkpoint, save_checkpoint
+
+    used = []
+    real = report.predict_split
+
+    def spy(model, data, split, seed, scaling, **kwargs):
+        used.append((scaling, data.graph_target_scaling))
+        return real(model, data, split, seed, scaling, **kwargs)
+
+    monkeypatch.setattr(report, "predict_split", spy)
+    export = export_inference_checkpoint(run_dir / "best.pt", tmp_path / "small.pt")
+    trained = load_pretrain_checkpoint(export)["graph_target_scaling"]
+    assert trained is not None
+    other = ["--dataset", "embedded-molecules", "--max-graphs", str(2 * NUM_GRAPHS)]
+    main(["report", "--checkpoint", str(export), *other, "--out", str(tmp_path / "new")])
+    assert "carries no statistics" not in capsys.readouterr().out
+    scaling, theirs = used[-1]
+    assert torch.equal(scaling["mean"], trained["mean"]) and torch.equal(scaling["std"], trained["std"])
+    assert not torch.equal(theirs["mean"], trained["mean"])  # the other graphs' statistics differ
+
+    old = load_pretrain_checkpoint(export)
+    del old["graph_target_scaling"]
+    save_checkpoint(tmp_path / "old.pt", old)
+    main(["report", "--checkpoint", str(tmp_path / "old.pt"), *other, "--out", str(tmp_path / "old")])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "carries no statistics" in line]
+    assert len(lines) == 1 and "older checkpoint" in lines[0]
+    assert used[-1][0] is used[-1][1]  # fell back to the other graphs' own
+
+
+def test_no_report_when_the_time_limit_is_spent(run_dir, monkeypatch, capsys):
+    """The time limit holds the report too: with none of it left the run ends with one line instead."""
+    from gpse_dgl.train import pretrain as pretrain_module, report
+
+    summary = json.loads((run_dir / "metrics.json").read_text())
+    summary.update(time_left_seconds=-0.5, evaluated_checkpoint=str(run_dir / "best.pt"))
+    monkeypatch.setattr(pretrain_module, "pretrain", lambda *args, **kwargs: summary)
+    monkeypatch.setattr(report, "report_after_run", lambda *args, **kwargs: pytest.fail("report written"))
+    main(["pretrain", str(run_dir / "recipe.yaml"), "--no-progress"])
+    out = capsys.readouterr().out
+    assert f"report: not written (general_pipeline.time_limit_minutes is spent; gpse-dgl report {run_dir}" in out

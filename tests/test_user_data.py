@@ -1,6 +1,7 @@
 """Bring your own data: molecule tables, ``data.name: csv`` / ``dgl-bin`` recipes."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -163,3 +164,35 @@ general_pipeline: {{num_epochs: 10, batch_size: 16, standardize_targets: true, o
     y = ds.labels[:, 0]
     mean_mae = float((y[ds.splits["test"]] - y[ds.splits["train"]].mean()).abs().mean())
     assert test_mae < 0.6 * mean_mae, (test_mae, mean_mae)
+
+
+SMALL_MOLECULES = ["C", "O", "N", "[Na+].[Cl-]", "CC", "CCO", "S", "[He]", "CO", "CN", "C=O", "CCN"]
+
+
+@pytest.fixture(scope="module")
+def small_molecules_csv(tmp_path_factory):
+    """A table of small molecules, single-atom ones (one node, no edge) and a salt (two lone atoms) among
+    them: with batch_size 1 every one of them is a training batch of its own."""
+    path = tmp_path_factory.mktemp("small") / "small.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{0.1 * i:.1f}\n" for i, s in enumerate(SMALL_MOLECULES)))
+    return path
+
+
+@pytest.mark.parametrize("source", ["none", "random", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE"])
+def test_single_atom_molecules_train_with_every_pe_source(small_molecules_csv, tmp_path, source, capsys):
+    """Used to end in `Expected more than 1 value per channel when training` from the PE encoder's
+    BatchNorm on a batch holding one single-atom molecule."""
+    recipe = tmp_path / "small.yaml"
+    recipe.write_text(f"""device: cpu
+data: {{name: csv, path: {small_molecules_csv}, target_columns: [y], task: regression, split: random,
+       cache_dir: {tmp_path / 'cache'}}}
+model: {{name: gine, dim_hidden: 16, num_layers: 1, pe: {{source: {source}, dim_pe: 8}}}}
+general_pipeline: {{num_epochs: 1, batch_size: 1, num_seeds: 1, standardize_targets: true,
+                   save_checkpoints: false, num_threads: 1}}
+""")
+    code, text = _run(["train", str(recipe), "--out", str(tmp_path / "run"), "--no-progress"], capsys)
+    assert code == 0, text
+    import json
+
+    run = json.loads((tmp_path / "run" / "results.json").read_text())["runs"][0]
+    assert all(np.isfinite(run[split]) for split in ("train", "val", "test")), run

@@ -31,6 +31,7 @@ from .. import _env  # noqa: F401
 import dgl
 
 from ..utils.precision import to_accumulation
+from .batch_norm import BatchNorm1d
 from .gated_conv import ResGatedConv, product_dtype
 from .random_features import random_node_features
 from .virtual_node import VirtualNodeInfo, add_virtual_nodes, no_virtual_nodes, pool
@@ -120,7 +121,7 @@ class GPSE(nn.Module):
         self.num_layers = int(num_layers)
         self.virtual_node = bool(virtual_node)
         self.pre_linear = nn.Linear(self.dim_in, self.dim_hidden, bias=False)
-        self.pre_norm = nn.BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1)
+        self.pre_norm = BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1)
         self.learn_input_norm = bool(learn_input_norm)
         self.pre_norm.weight.requires_grad_(self.learn_input_norm)
         self.pre_norm.bias.requires_grad_(self.learn_input_norm)
@@ -128,7 +129,7 @@ class GPSE(nn.Module):
             ResGatedConv(self.dim_hidden, self.dim_hidden, bias=False, backend=backend)
             for _ in range(self.num_layers))
         self.norms = nn.ModuleList(
-            nn.BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1) for _ in range(self.num_layers))
+            BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1) for _ in range(self.num_layers))
         self.dropout = nn.Dropout(float(dropout))
         self._backend = backend
         self.reset_parameters()

@@ -26,6 +26,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .batch_norm import BatchNorm1d
+
 PE_MODELS = ("linear", "mlp")
 
 
@@ -73,7 +75,7 @@ class PEEncoder(nn.Module):
             raise ValueError(f"PE encoder n_layers must be >= 1, got {n_layers}")
         self.dim_in, self.dim_pe, self.model = dim_in, dim_pe, model
         self.dropout_in = nn.Dropout(dropout_in)
-        self.norm = nn.BatchNorm1d(dim_in) if batchnorm else nn.Identity()
+        self.norm = BatchNorm1d(dim_in) if batchnorm else nn.Identity()
         self.net = nn.Linear(dim_in, dim_pe) if model == "linear" else _relu_mlp(dim_in, dim_pe, n_layers)
         self.dropout_out = nn.Dropout(dropout_out)
 

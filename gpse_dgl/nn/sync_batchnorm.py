@@ -12,7 +12,8 @@ tensors of any device. In training mode with a joined process group of 2+ ranks,
 (two passes, as ATen's CPU kernel: two all-reduces per call), with gradients through both all-reduces
 (``torch.distributed.nn.functional.all_reduce``), so the ranks together compute the BatchNorm of the
 global batch. Running statistics are updated as ``nn.BatchNorm1d`` does (unbiased variance). Without a
-group, in eval mode, or with one rank it is exactly ``nn.BatchNorm1d``.
+group, in eval mode, or with one rank it is exactly :class:`gpse_dgl.nn.batch_norm.BatchNorm1d` (which
+also takes a training batch of one row).
 
 Example
 -------
@@ -34,6 +35,8 @@ from torch import nn
 # back-propagates; they are what this module needs
 warnings.filterwarnings("ignore", message=r"torch\.distributed\.nn\.functional\.all_reduce is deprecated")
 
+from .batch_norm import BatchNorm1d
+
 __all__ = ["SyncBatchNorm1d", "convert_sync_batchnorm"]
 
 
@@ -41,8 +44,9 @@ def _group_size() -> int:
     return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
 
-class SyncBatchNorm1d(nn.BatchNorm1d):
-    """``nn.BatchNorm1d`` over ``(N, C)`` rows whose training statistics span all ranks."""
+class SyncBatchNorm1d(BatchNorm1d):
+    """``nn.BatchNorm1d`` over ``(N, C)`` rows whose training statistics span all ranks (one row in one
+    process: :class:`gpse_dgl.nn.batch_norm.BatchNorm1d`'s rule)."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or _group_size() == 1:

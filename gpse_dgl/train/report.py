@@ -13,8 +13,9 @@ input features, same R^2 of :mod:`gpse_dgl.train.metrics`) and draws (:mod:`.rep
 ``report.html`` embeds the PNGs as base64 data URIs and uses no external file, style sheet, script or
 link, so it opens offline and can be mailed as one file. Graph-level values are compared in the data's
 units: predictions of a model trained on z-scored graph targets are mapped back with the checkpoint's
-scaling (or, in an inference-only checkpoint that lacks it, with that of the data rebuilt from its
-recipe, which is the training scaling when the data is the checkpoint's own).
+scaling, also when the report scores another data source (an older checkpoint that lacks it falls back,
+with one line, to the scaling of the data rebuilt for the report, which is the training scaling when the
+data is the checkpoint's own).
 
 Example
 -------
@@ -158,7 +159,8 @@ def _write(out_dir: Path, payload: dict, data_recipe: dict, recipe: dict, histor
     data = build_pretraining_data(data_recipe, log=log)
     device = resolve_device(recipe["device"])
     model = _load_model(payload).to(device)
-    scaling = payload.get("graph_target_scaling") or data.graph_target_scaling
+    scaling = training_scaling(payload, data, about.get("checkpoint") or about.get("run"), data_recipe["source"],
+                               log)
     held_out = {split: predict_split(model, data, split, recipe["seed"], scaling, device=device)
                 for split in ("val", "test") if len(data.splits[split])}
     if not held_out:
@@ -168,6 +170,22 @@ def _write(out_dir: Path, payload: dict, data_recipe: dict, recipe: dict, histor
     path = write_html(out_dir / REPORT_NAME, figures, held_out, about)
     log(f"report: {path}")
     return path
+
+
+def training_scaling(payload: dict, data, checkpoint, source: str, log) -> dict | None:
+    """The ``{"mean", "std"}`` that map the model's graph outputs to raw values: the statistics of the
+    graph targets it was trained on, which checkpoints carry (``graph_target_scaling``; None when it was
+    trained on raw targets). Another data source's own statistics would mis-scale graph-level R^2.
+
+    An older checkpoint without them falls back to ``data``'s statistics, with one line: exact when
+    ``data`` is the checkpoint's own training data (rebuilt from its recipe), approximate otherwise.
+    """
+    if "graph_target_scaling" in payload:
+        return payload["graph_target_scaling"]
+    if data.graph_target_scaling is not None:
+        log(f"report: {checkpoint} carries no statistics of its training graph targets (an older checkpoint); "
+            f"graph outputs are mapped back with those of {source}'s training split")
+    return data.graph_target_scaling
 
 
 def _require_matplotlib() -> None:

@@ -8,19 +8,25 @@ import contextlib
 import json
 import math
 import os
+import platform
 import sys
 import zlib
 
 import numpy as np
+import scipy
 import torch
 from tqdm.auto import tqdm
+
+from .. import __version__ as gpse_version, _env  # noqa: F401  (_env before dgl)
+import dgl
 
 from ..utils import devices
 from ..utils.io import atomic_write_text
 from ..utils.progress import progress
 from ..utils.text import first_line
 
-__all__ = ["resolve_device", "derive_seed", "torch_threads", "progress_bar", "tqdm_write", "first_line",
+__all__ = ["resolve_device", "derive_seed", "torch_threads", "fit_threads", "thread_share", "run_environment",
+           "progress_bar", "tqdm_write", "first_line",
            "json_safe", "write_json"]
 
 
@@ -37,9 +43,53 @@ def derive_seed(seed: int, *keys) -> int:
     return int(np.random.SeedSequence(words).generate_state(1, np.uint64)[0] >> np.uint64(1))
 
 
+def machine_cores() -> int:
+    """CPU cores this process may run on (its affinity mask, e.g. a container's cpuset)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no sched_getaffinity outside Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def local_processes() -> int:
+    """Processes ``torchrun`` started on this machine (``LOCAL_WORLD_SIZE``; 1 without torchrun)."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def thread_share() -> int:
+    """This process's share of the cores: cores / processes on this machine, at least 1."""
+    return max(1, machine_cores() // local_processes())
+
+
+def fit_threads(requested: int | None) -> tuple[int | None, str | None]:
+    """``(threads to use, a line for the log or None)`` for a recipe's ``num_threads``.
+
+    Under torchrun each process defaults to its share of the cores (:func:`thread_share`): torch's own
+    default there is ``OMP_NUM_THREADS`` (torchrun sets 1), and a recipe's count, written for one
+    process, would make the processes fight over the cores (2 processes x 2 threads on 2 cores: each
+    epoch 17x slower). A request above the share is lowered to it, with one line saying so. One process
+    without a request keeps torch's default (``None``).
+    """
+    share, processes = thread_share(), local_processes()
+    if requested is None:
+        return (share if processes > 1 else None), None
+    if requested <= share:
+        return requested, None
+    where = f"{processes} processes on {machine_cores()} cores" if processes > 1 else f"{machine_cores()} cores"
+    return share, (f"threads: general_pipeline.num_threads asks for {requested}; using {share}, this process's "
+                   f"share of the machine ({where})")
+
+
 @contextlib.contextmanager
-def torch_threads(num_threads: int | None):
-    """Run the block with ``num_threads`` torch CPU threads (``None``: leave the setting alone)."""
+def torch_threads(num_threads: int | None, log=None):
+    """Run the block with the torch CPU threads :func:`fit_threads` gives for ``num_threads`` (``None``
+    in one process: leave the setting alone); ``log`` receives its line, if any."""
+    num_threads, note = fit_threads(num_threads)
+    if note and log is not None:
+        log(note)
     if num_threads is None:
         yield
         return
@@ -49,6 +99,34 @@ def torch_threads(num_threads: int | None):
         yield
     finally:
         torch.set_num_threads(previous)
+
+
+def run_environment(ctx, device, precision: str, requested_threads: int | None) -> dict:
+    """How a run ran, for ``metrics.json`` / ``results.json``: processes, backend, device, precision,
+    threads, the CPU and the versions of what computed it."""
+    device = torch.device(device)
+    record = {"world_size": ctx.world_size, "backend": ctx.backend, "local_processes": local_processes(),
+              "device": str(device), "precision": precision, "threads": torch.get_num_threads(),
+              "threads_requested": requested_threads, "cpu_cores": machine_cores(), "cpu_model": cpu_model(),
+              "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    if device.type == "cuda":
+        record["device_name"] = torch.cuda.get_device_name(device)
+    record["versions"] = {"gpse_dgl": gpse_version, "python": platform.python_version(),
+                          "torch": torch.__version__, "dgl": dgl.__version__, "numpy": np.__version__,
+                          "scipy": scipy.__version__}
+    return record
+
+
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), or what ``platform`` knows elsewhere."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def progress_bar(iterable, enabled: bool, **kwargs):

@@ -131,16 +131,18 @@ def load_pretrain_checkpoint(path: str | os.PathLike, map_location: str | torch.
 def export_inference_checkpoint(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
     """Write a small copy of pretraining checkpoint ``src`` for inference only.
 
-    Keeps the format tag, ``model_state``, ``model_config``, the target names, the recipe and the
-    best epoch's metrics (provenance); drops the optimiser, scheduler and RNG states, which are only
-    needed to resume training. This is how ``gpse_dgl/assets/gpse_quickstart.pt`` is made::
+    Keeps the format tag, ``model_state``, ``model_config``, the target names and the training statistics
+    of the graph targets (``graph_target_scaling``), the recipe and the best epoch's metrics (provenance);
+    drops the optimiser, scheduler and RNG states, which are only needed to resume training. This is how
+    ``gpse_dgl/assets/gpse_quickstart.pt`` is made::
 
         python -c "from gpse_dgl.utils.checkpoint import export_inference_checkpoint as e; \\
                    e('runs/quickstart/best.pt', 'gpse_dgl/assets/gpse_quickstart.pt')"
     """
     payload = load_pretrain_checkpoint(src)
+    # graph_target_scaling: the training statistics that map standardised graph outputs back to raw values
     keep = ("format", "format_version", "model_state", "model_config", "node_targets", "graph_targets",
-            "recipe", "epoch", "best_metric", "best_epoch")
+            "graph_target_scaling", "recipe", "epoch", "best_metric", "best_epoch")
     small = {key: payload[key] for key in keep if key in payload}
     history = payload.get("history") or []
     best = [h for h in history if h.get("epoch") == payload.get("best_epoch")]

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..batch_norm import BatchNorm1d
 from ..feature_encoders import ConstantEncoder, build_feature_encoder
 from ..heads import GraphHead, NodeHead
 from ..pe_encoder import NodeEncoderWithPE, PEEncoder
@@ -171,7 +172,7 @@ class ConvBlock(nn.Module):
                  residual: bool = True, uses_edge_features: bool = False):
         super().__init__()
         self.conv = conv
-        self.norm = nn.BatchNorm1d(dim_out) if batchnorm else nn.Identity()
+        self.norm = BatchNorm1d(dim_out) if batchnorm else nn.Identity()
         self.dropout, self.residual, self.uses_edge_features = dropout, residual, uses_edge_features
 
     def reset_parameters(self):

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
+from ..batch_norm import BatchNorm1d
 from .layer_utils import dst_features, reset_submodules
 
 
@@ -63,8 +64,8 @@ class GatedGCNLayer(nn.Module):
         self.C = nn.Linear(in_feats, out_feats)
         self.D = nn.Linear(in_feats, out_feats)
         self.E = nn.Linear(in_feats, out_feats)
-        self.bn_node = nn.BatchNorm1d(out_feats) if batchnorm else nn.Identity()
-        self.bn_edge = nn.BatchNorm1d(out_feats) if batchnorm else nn.Identity()
+        self.bn_node = BatchNorm1d(out_feats) if batchnorm else nn.Identity()
+        self.bn_edge = BatchNorm1d(out_feats) if batchnorm else nn.Identity()
         self.dropout = dropout
         self.residual = residual
         self.backend = backend

@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..batch_norm import BatchNorm1d
 from .gatedgcn_layer import GatedGCNLayer
 from .gine_layer import GINEConv
 from .global_attention import GlobalSelfAttention
@@ -72,7 +73,7 @@ class GPSLayer(nn.Module):
         self.dropout = dropout
 
         def norm():
-            return nn.BatchNorm1d(dim_hidden) if batchnorm else nn.Identity()
+            return BatchNorm1d(dim_hidden) if batchnorm else nn.Identity()
 
         self.local_model = None
         if local_mpnn == "gatedgcn":

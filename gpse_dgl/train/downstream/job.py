@@ -17,9 +17,10 @@ import torch
 from ...recipes import dump_recipe
 from ...utils import distributed as dist_utils
 from ...utils.io import atomic_write_text
+from ...utils.precision import select_precision
 from ..features import default_cache_dir
 from ..rundir import RunDirectory
-from ..runtime import derive_seed, resolve_device, torch_threads, tqdm_write, write_json
+from ..runtime import derive_seed, resolve_device, run_environment, torch_threads, tqdm_write, write_json
 from .checkpoints import check_job_directory, restore_run
 from .data import Prepared, describe, prepare_data
 from .evaluation import SPLITS, result_line, summarize
@@ -74,12 +75,12 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
     seed_list = run_seeds(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
     rundir = RunDirectory(root, JOB_OUTPUTS, overwrite and not resume,
                           recipe["data"]["cache_dir"] or default_cache_dir(), allow_recipe_change)
-    with torch_threads(general["num_threads"]), \
-            dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
+    with dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
         if not ctx.is_main:
             progress, say = False, (lambda message: None)
-        # rank 0 alone owns (locks, checks, replaces) the job directory; the others start once it has
-        with rundir if ctx.is_main else contextlib.nullcontext():
+        # rank 0 alone owns (locks, checks, replaces) the job directory; the others start once it has;
+        # threads inside the group: under torchrun each process takes its share of the cores
+        with torch_threads(general["num_threads"], say), rundir if ctx.is_main else contextlib.nullcontext():
             if ctx.is_main:
                 check_job_directory(root, resume, overwrite)
             dist_utils.barrier()
@@ -101,6 +102,8 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
                                           callback, title, rundir)
                 results.append(result)
             summary = _job_summary(recipe, prepared, results, model_info, root, started)
+            summary["environment"] = run_environment(ctx, device, select_precision(general["precision"], device),
+                                                      general["num_threads"])
             if not ctx.is_main:
                 return {**summary, "rank": ctx.rank}
             rundir.commit()  # also when no epoch ran (every run finished earlier)
