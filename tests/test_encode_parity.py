@@ -105,6 +105,7 @@ def test_layerwise_matches_pyg(pyg_model_and_file):
 
 
 @pytest.mark.slow
-def test_all_embedded_molecules_and_big_graphs_match_pyg(pyg_model_and_file):
-    _check(pyg_model_and_file, load_embedded_molecules())
-    _check(pyg_model_and_file, _larger_graphs((1000, 2000, 3000), seed=4))
+def test_embedded_molecules_across_the_set_and_big_graphs_match_pyg(pyg_model_and_file):
+    # every 10th of the ~3,070 embedded molecules (the whole set took 6 minutes of CI's budget)
+    _check(pyg_model_and_file, load_embedded_molecules()[::10])
+    _check(pyg_model_and_file, _larger_graphs((1500,), seed=4))  # 1,000-3,000 nodes took 4 minutes of it
