@@ -72,8 +72,4 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
 
     from ..train.report import report_after_run
 
-    if summary.get("time_left_seconds") is not None and summary["time_left_seconds"] <= 0:
-        click.echo(f"report: not written (general_pipeline.time_limit_minutes is spent; gpse-dgl report "
-                   f"{paths['run']} writes it)")
-        return
     report_after_run(paths["run"], log=click.echo)

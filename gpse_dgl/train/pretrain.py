@@ -21,9 +21,7 @@ seeded from ``recipe["seed"]`` and, inside training, re-derived at the start of 
 uninterrupted one (on the same device and thread count); a kill mid-epoch loses only that epoch.
 With ``general_pipeline.fit_to_time_limit`` the number of epochs depends on the machine's speed (measured
 during the warm-up); it is logged and stored, and the run is repeated exactly by setting ``num_epochs`` to
-it with the fitting off (unless the machine slowed down later and the schedule was re-fitted: ``refits``
-in ``metrics.json``). A time limit holds what follows training too: an epoch that would overrun it is cut
-off midway, the checkpoints of the epoch before kept.
+it with the fitting off.
 """
 from __future__ import annotations
 
@@ -102,9 +100,6 @@ class TrainState:
     best_epoch: int = -1
     history: list = field(default_factory=list)
     recipe_changes: list = field(default_factory=list)  # accepted by --resume --allow-recipe-change
-    # the schedule re-fitted to the time limit after the machine slowed down: {"after_epoch", "num_epochs",
-    # "epoch_seconds"} each
-    refits: list = field(default_factory=list)
 
 
 def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrite: bool = False,
@@ -311,22 +306,6 @@ def num_parameters(model: torch.nn.Module) -> int:
 # ----------------------------------------------------------------------------------------------
 # the loop
 
-#: Evaluations of the validation and test splits after training: the final one of the best checkpoint
-#: and the report's (``gpse-dgl pretrain`` writes it at the end), both inside the time limit.
-FINISH_EVALUATIONS = 2
-#: Under torchrun the ranks agree on the mid-epoch time-limit check every this many steps.
-DEADLINE_CHECK_STEPS = 8
-#: Epochs whose mean speed a re-fit of the schedule goes by.
-REFIT_WINDOW = 3
-
-
-class _OutOfTime(Exception):
-    """The time limit ends training mid-epoch (after ``steps`` steps of it, which are discarded)."""
-
-    def __init__(self, steps: int):
-        super().__init__(steps)
-        self.steps = steps
-
 
 @dataclass
 class _Run:
@@ -350,8 +329,6 @@ class _Run:
     dist: dist_utils.Context = dist_utils.Context()
     trained: torch.nn.Module | None = None  # what training steps call: the DDP wrapper of model, or None
     environment: dict = field(default_factory=dict)  # how the run runs (runtime.run_environment)
-    # seconds that what follows training takes (final evaluation, report), from the latest validation
-    finish_seconds: float = 0.0
 
     @property
     def general(self) -> dict:
@@ -386,19 +363,13 @@ class _Run:
             epoch_started = time.perf_counter()
             # the epoch after which the schedule is fitted also validates, to time the evaluations
             fit_now = self.general["fit_to_time_limit"] and epoch + 1 == self.fit_after_epoch
-            try:
-                record = {"epoch": epoch + 1, "lr": self.optimizer.param_groups[0]["lr"],
-                          "train": self.train_one_epoch(epoch)}
-            except _OutOfTime as stop:
-                reason = (f"time limit of {limit:g} min reached during epoch {epoch + 1} (its {stop.steps} "
-                          f"steps discarded; the checkpoints of epoch {epoch} are kept)")
-                self.log(f"stop: {reason}")
-                return reason
+            record = {"epoch": epoch + 1, "lr": self.optimizer.param_groups[0]["lr"],
+                      "train": self.train_one_epoch(epoch)}
             # Would another epoch overrun the budget? Count its training and validation, this
-            # epoch's validation and what follows the last epoch (the final evaluation and the report).
-            projected = (time.perf_counter() + (time.perf_counter() - epoch_started) + 2 * eval_seconds
-                         + self.finish_seconds)
-            out_of_time = self.deadline is not None and projected > self.deadline and epoch + 1 < num_epochs
+            # epoch's validation and the final validation + test evaluation of the best checkpoint.
+            projected = (time.perf_counter() - self.started + (time.perf_counter() - epoch_started)
+                         + 4 * eval_seconds)
+            out_of_time = limit is not None and projected > limit * 60 and epoch + 1 < num_epochs
             out_of_time = dist_utils.broadcast_object(out_of_time)  # rank 0's clock decides for all
             if "val" in self.eval_batches and (
                     (epoch + 1) % self.general["eval_every"] == 0 or epoch + 1 == num_epochs or out_of_time
@@ -406,16 +377,13 @@ class _Run:
                 eval_started = time.perf_counter()
                 record["val"] = self.evaluate("val")
                 eval_seconds = time.perf_counter() - eval_started
-                self.finish_seconds = FINISH_EVALUATIONS * eval_seconds * self.test_per_val
             record["seconds"] = round(time.perf_counter() - epoch_started, 2)
             timed_epochs += 1
             fitted = None
-            if self.dist.is_main and fit_now:
+            if fit_now:
                 # before the checkpoints are written, so that they carry the fitted length
-                fitted = self.fit_to_time_limit(epoch + 1, (time.perf_counter() - timed_from) / timed_epochs)
-            elif self.dist.is_main and self.general["fit_to_time_limit"] and epoch + 1 > self.fit_after_epoch:
-                fitted = self.refit_to_time_limit(epoch + 1, record["seconds"])
-            if fit_now or self.general["fit_to_time_limit"]:
+                fitted = self.fit_to_time_limit(epoch + 1, (time.perf_counter() - timed_from) / timed_epochs,
+                                                eval_seconds) if self.dist.is_main else None
                 self.adopt_fitted_length(dist_utils.broadcast_object(self.state.num_epochs))
             self.finish_epoch(record)
             if fitted:
@@ -436,27 +404,6 @@ class _Run:
         return "completed"
 
     @property
-    def deadline(self) -> float | None:
-        """``perf_counter`` reading by which the run must have ended (None without a time limit)."""
-        limit = self.general["time_limit_minutes"]
-        return None if limit is None else self.started + limit * 60
-
-    @property
-    def test_per_val(self) -> float:
-        """Evaluation time after training per second of validation: validation and test splits."""
-        sizes = {split: len(batches) for split, batches in self.eval_batches.items()}
-        return 1.0 + (sizes.get("test", 0) / sizes["val"] if sizes.get("val") else 0.0)
-
-    def out_of_time(self, step: int) -> bool:
-        """Whether the time limit ends training now, mid-epoch: the time left would not hold what
-        follows training (:attr:`finish_seconds`). Under torchrun rank 0's clock decides, every
-        :data:`DEADLINE_CHECK_STEPS` steps (one small broadcast each)."""
-        if self.deadline is None or (self.dist.is_distributed and step % DEADLINE_CHECK_STEPS):
-            return False
-        late = dist_utils.broadcast_object(time.perf_counter() + self.finish_seconds > self.deadline)
-        return late and self.state.epoch > 0  # the first epoch ends: a checkpoint to keep
-
-    @property
     def fit_after_epoch(self) -> int:
         """The epoch after which the schedule is fitted to the time limit: the last whole epoch of the
         warm-up, whose learning rates do not depend on the schedule's length (so the fitted run is the
@@ -464,7 +411,7 @@ class _Run:
         ``warmup_epochs >= 1`` with fitting)."""
         return max(1, math.floor(self.general["lr_scheduler"]["warmup_epochs"]))
 
-    def fit_to_time_limit(self, epochs_done: int, epoch_seconds: float) -> str | None:
+    def fit_to_time_limit(self, epochs_done: int, epoch_seconds: float, eval_seconds: float) -> str | None:
         """Shorten the schedule so that it reaches its end inside ``time_limit_minutes``.
 
         With ``fit_to_time_limit`` the cosine decays to 0 by the last epoch that fits, instead of being
@@ -474,53 +421,22 @@ class _Run:
         The fitted length is kept in checkpoints (``--resume`` continues it) and in ``metrics.json``.
         Returns a line for the log when the schedule was shortened.
         """
-        if self.deadline is None or self.state.num_epochs is not None or epoch_seconds <= 0:
+        limit = self.general["time_limit_minutes"]
+        if limit is None or self.state.num_epochs is not None or epoch_seconds <= 0:
             return None
-        # All the time left after the final evaluation of the best checkpoint and the report, no margin:
-        # epoch times vary by ~+-15 % within a run on a shared CPU, but erring long costs little (a run
-        # that falls behind by an epoch is stopped by the time limit in the cosine's tail, where the rate
-        # is near 0: 0.6 % of the peak at 95 % of the schedule; one that falls further behind is re-fitted,
-        # refit_to_time_limit), while erring short leaves minutes unused.
-        fitted = epochs_done + self.epochs_that_fit(epoch_seconds)
+        # All the time left after the final evaluation of the best checkpoint (validation + test), no
+        # margin: epoch times vary by ~+-15 % within a run on a shared CPU, but erring long costs little
+        # (a run that falls behind is stopped by the time limit in the cosine's tail, where the rate is
+        # near 0: 0.6 % of the peak at 95 % of the schedule), while erring short leaves minutes unused.
+        left = limit * 60 - (time.perf_counter() - self.started) - 2 * eval_seconds
+        fitted = epochs_done + max(1, int(left / epoch_seconds))
         if fitted >= self.general["num_epochs"]:
             return None
         self.state.num_epochs = fitted
         self.scheduler.set_length(fitted)
-        limit = self.general["time_limit_minutes"]
         return (f"schedule: fitted to the {limit:g}-minute limit at {epoch_seconds:.1f} s per epoch: "
                 f"{fitted} epochs instead of {self.general['num_epochs']} (repeat this run exactly with "
                 f"--set general_pipeline.num_epochs={fitted} --set general_pipeline.fit_to_time_limit=false)")
-
-    def epochs_that_fit(self, epoch_seconds: float) -> int:
-        """Whole epochs of ``epoch_seconds`` that still fit before the deadline, what follows training
-        (:attr:`finish_seconds`) held back; at least 1."""
-        left = self.deadline - time.perf_counter() - self.finish_seconds
-        return max(1, int(left / epoch_seconds))
-
-    def refit_to_time_limit(self, epochs_done: int, epoch_seconds: float) -> str | None:
-        """Shorten the schedule again when the machine has slowed down since it was fitted.
-
-        After every epoch past the first fit: at the speed of the latest epochs (the mean of up to
-        :data:`REFIT_WINDOW`), do the remaining epochs still fit? A shortfall of one epoch is left to the
-        time limit (it stops the run in the cosine's tail, and epoch times vary by ~15 % on a shared
-        CPU); a larger one re-fits the cosine to end inside the limit. Re-fits are logged and recorded
-        (``refits`` in checkpoints and metrics.json): such a run is not repeated exactly by its
-        ``num_epochs``.
-        """
-        recent = [r["seconds"] for r in self.state.history[-(REFIT_WINDOW - 1):]] + [epoch_seconds]
-        recent_seconds = sum(recent) / len(recent)
-        if self.deadline is None or recent_seconds <= 0:
-            return None
-        fitted = epochs_done + self.epochs_that_fit(recent_seconds)
-        if fitted >= self.num_epochs - 1:
-            return None
-        previous = self.num_epochs
-        self.state.num_epochs = fitted
-        self.scheduler.set_length(fitted)
-        self.state.refits.append({"after_epoch": epochs_done, "num_epochs": fitted,
-                                  "epoch_seconds": round(recent_seconds, 2)})
-        return (f"schedule: the machine slowed down ({recent_seconds:.1f} s per epoch): re-fitted to the "
-                f"{self.general['time_limit_minutes']:g}-minute limit, {fitted} epochs instead of {previous}")
 
     def adopt_fitted_length(self, num_epochs: int | None) -> None:
         """Take rank 0's fitted schedule length (every rank must stop after the same epoch)."""
@@ -545,10 +461,6 @@ class _Run:
                             desc=f"epoch {epoch + 1}", unit="batch", total=self.steps_per_epoch,
                             leave=False)
         for step, (graph, node_true, graph_true, share) in enumerate(bar):
-            if self.out_of_time(step):
-                if hasattr(bar, "close"):
-                    bar.close()
-                raise _OutOfTime(step)
             x = training_features(graph, dim_in, features, share).to(self.device)
             loss, parts = self.training_step(graph, x, node_true, graph_true)
             self.scheduler.after_step()
@@ -616,7 +528,6 @@ class _Run:
             "best_epoch": state.best_epoch,
             "history": json_safe(state.history),
             "recipe_changes": list(state.recipe_changes),
-            "refits": list(state.refits),
             "node_targets": list(data.node_names),
             "graph_targets": list(data.graph_names),
             # graph head outputs are z-scores when set: raw value = output * std + mean
@@ -648,13 +559,10 @@ class _Run:
             "epochs_completed": state.epoch,
             "num_epochs": self.num_epochs,
             "fitted_to_time_limit": state.num_epochs is not None,
-            "refits": list(state.refits),
             "best_epoch": state.best_epoch,
             "best_val_r2": state.best_metric if state.best_epoch > 0 else None,
             "best_val": _drop_columns(best.get("val")) if best else None,
             "wall_time_seconds": round(time.perf_counter() - self.started, 2),
-            # what the time limit leaves for what follows (the report); None without a limit
-            "time_left_seconds": None if self.deadline is None else round(self.deadline - time.perf_counter(), 2),
             "environment": self.environment,
             "data": self.data.info,
             "model": {"config": self.model_config, "num_parameters": num_parameters(self.model)},
@@ -729,7 +637,7 @@ def _restore(path: Path, recipe, model_config, model, optimizer, scheduler,
     fitted = payload.get("fitted_num_epochs")
     return TrainState(int(payload["epoch"]), None if fitted is None else int(fitted),
                       float(payload["best_metric"]), int(payload["best_epoch"]), list(payload["history"]),
-                      list(payload.get("recipe_changes", [])) + changes, list(payload.get("refits", [])))
+                      list(payload.get("recipe_changes", [])) + changes)
 
 
 def _check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict,
