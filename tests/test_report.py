@@ -130,16 +130,3 @@ def test_a_report_on_other_graphs_maps_graph_outputs_back_with_the_training_stat
     lines = [line for line in capsys.readouterr().out.splitlines() if "carries no statistics" in line]
     assert len(lines) == 1 and "older checkpoint" in lines[0]
     assert used[-1][0] is used[-1][1]  # fell back to the other graphs' own
-
-
-def test_no_report_when_the_time_limit_is_spent(run_dir, monkeypatch, capsys):
-    """The time limit holds the report too: with none of it left the run ends with one line instead."""
-    from gpse_dgl.train import pretrain as pretrain_module, report
-
-    summary = json.loads((run_dir / "metrics.json").read_text())
-    summary.update(time_left_seconds=-0.5, evaluated_checkpoint=str(run_dir / "best.pt"))
-    monkeypatch.setattr(pretrain_module, "pretrain", lambda *args, **kwargs: summary)
-    monkeypatch.setattr(report, "report_after_run", lambda *args, **kwargs: pytest.fail("report written"))
-    main(["pretrain", str(run_dir / "recipe.yaml"), "--no-progress"])
-    out = capsys.readouterr().out
-    assert f"report: not written (general_pipeline.time_limit_minutes is spent; gpse-dgl report {run_dir}" in out
