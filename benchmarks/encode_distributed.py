@@ -114,7 +114,7 @@ def main(argv=None) -> int:
         results["runs"].append({"setup": "single", "processes": [dict(role="single", **single)]})
         print(f"single process: {single['seconds']:.1f} s wall, {single['cpu_seconds']:.1f} s CPU, "
               f"peak RSS {single['peak_rss_bytes'] / 2**20:,.0f} MiB", flush=True)
-        reference = torch.load(os.path.join(work, "reference.pt"))
+        reference = torch.load(os.path.join(work, "reference.pt"), weights_only=True)
         for parts in [int(p) for p in args.parts.split(",")]:
             part_dir, out_dir = os.path.join(work, f"parts{parts}"), os.path.join(work, f"enc{parts}")
             t0 = time.perf_counter()

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import copy
-import importlib.util
 import pathlib
 
 import pytest
 import torch
 
+from _benchmarks import load_benchmark
 from gpse_dgl.recipes import dump_recipe, validate_recipe
 from gpse_dgl.train.pretrain import pretrain
 
@@ -15,10 +15,7 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def _script(name):
-    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark(name)
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@ evaluation-graph detector and ``data.exclude_graphs`` (``gpse_dgl.train.graph_so
 ``benchmarks/expressivity.py`` (scorer and a smoke run)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 
@@ -25,16 +24,14 @@ from gpse_dgl.train.graph_sources import (_subset_and_split, add_regular_graphs,
                                           find_evaluation_graphs)
 from gpse_dgl.utils.errors import RecipeError
 from gpse_dgl.utils.graph import graph_simple_edges, undirected_graph
+from _benchmarks import load_benchmark
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "datasets"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("expressivity", ROOT / "benchmarks" / "expressivity.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("expressivity")
 
 
 def _params(g):

@@ -1,20 +1,18 @@
 """benchmarks/paper_tables.py: seed-major runs into a ledger, resuming from it, tables with paired gaps."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
+
+from _benchmarks import load_benchmark
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures" / "datasets"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("paper_tables", REPO / "benchmarks" / "paper_tables.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("paper_tables")
 
 
 def test_runs_land_in_the_ledger_and_a_second_call_resumes_from_it(tmp_path, capsys):
