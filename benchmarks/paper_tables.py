@@ -25,6 +25,13 @@ Examples::
     python benchmarks/paper_tables.py --tables zinc-gps --report-only       # tables and figures so far
     python benchmarks/paper_tables.py --tables zinc-pse --columns gine,gin --epochs 30 --seeds 4
 
+One sweep shared by processes or machines (each takes every N-th pending run into its own ledger, then
+the ledgers are joined)::
+
+    python benchmarks/paper_tables.py --tables zinc-pse --worker 0/2 --ledger /tmp/a.json &
+    python benchmarks/paper_tables.py --tables zinc-pse --worker 1/2 --ledger /tmp/b.json
+    python benchmarks/paper_tables.py --tables zinc-pse --merge /tmp/a.json --merge /tmp/b.json --report-only
+
 Outputs: the ledger; ``<out>/paper_tables.md`` (tables with the paper's numbers beside ours, the paired
 per-seed difference GPSE - best explicit PSE, the budget); figures ``benchmarks/figures/paper_<table>.png``.
 """
@@ -120,15 +127,16 @@ def run_key(table: str, column: str, source: str, seed: int) -> str:
     return f"{table}/{column}/{source}/seed{seed}"
 
 
-def host() -> str:
-    """CPU model and flags that decide bf16 speed, for the ledger."""
+def host(gpu: str | None = None) -> str:
+    """CPU model and flags that decide bf16 speed (and the GPU a run used), for the ledger."""
     try:
         text = Path("/proc/cpuinfo").read_text()
         model = next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name"))
         flags = [f for f in ("amx_bf16", "avx512_bf16") if f in text]
-        return f"{model} ({', '.join(flags) or 'AVX2 only'})"
+        cpu = f"{model} ({', '.join(flags) or 'AVX2 only'})"
     except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
+        cpu = platform.processor() or platform.machine()
+    return f"{gpu} with {cpu}" if gpu else cpu
 
 
 class Ledger:
@@ -138,44 +146,64 @@ class Ledger:
         self.path = path
         self.runs = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else {}
 
+    def merge(self, other: "Ledger") -> int:
+        """Take ``other``'s records that this ledger lacks (the same key at another budget counts as
+        lacking), e.g. from a share of the sweep run elsewhere; return how many were taken."""
+        new = {key: record for key, record in other.runs.items() if not self.has(key, record["budget"])}
+        if new:
+            self.runs.update(new)
+            self._write()
+        return len(new)
+
     def has(self, key: str, budget: str) -> bool:
         return self.runs.get(key, {}).get("budget") == budget
 
     def add(self, key: str, record: dict) -> None:
+        self.runs[key] = record
+        self._write()
+
+    def _write(self) -> None:
         from gpse_dgl.utils.io import atomic_write_text
 
-        self.runs[key] = record
         text = json.dumps({"about": "benchmarks/paper_tables.py: one record per finished run",
                            "runs": dict(sorted(self.runs.items()))}, indent=1, allow_nan=False)
         atomic_write_text(self.path, text + "\n")
 
 
-def run_all(plan, seeds, ledger: Ledger, out: Path, threads: int | None, log=print) -> None:
+def pending_runs(plan, seeds, ledger: Ledger, worker: tuple[int, int] = (0, 1)):
+    """``(seed, table, column, source, recipe)`` not yet in ``ledger``, seed-major; with ``worker=(i, n)``
+    every n-th of them from the i-th, so that n processes (or machines) share one sweep without overlap."""
+    todo = [(seed, *item) for seed in seeds for item in plan
+            if not ledger.has(run_key(*item[:3], seed), budget_key(item[3]))]
+    index, count = worker
+    return todo[index::count]
+
+
+def run_all(plan, seeds, ledger: Ledger, out: Path, threads: int | None, log=print,
+            worker: tuple[int, int] = (0, 1)) -> None:
     """Train every ``(table, column, source, recipe)`` of ``plan`` for every seed, seed-major."""
     from gpse_dgl.train.downstream import train_downstream
 
-    for seed in seeds:
-        for table, column, source, recipe in plan:
-            budget, key = budget_key(recipe), run_key(table, column, source, seed)
-            if ledger.has(key, budget):
-                continue
-            job = copy.deepcopy(recipe)
-            job["general_pipeline"]["save_path"] = str(out / budget / key.replace("+", "_").replace(":", "_"))
-            if threads:
-                job["general_pipeline"]["num_threads"] = threads
-            resume = (Path(job["general_pipeline"]["save_path"]) / "recipe.yaml").is_file()
-            started = time.perf_counter()
-            summary = train_downstream(job, resume=resume, overwrite=not resume, seeds=[recipe["seed"] + seed],
-                                       progress=False, log=lambda m: None)
-            run = summary["runs"][0]
-            record = {"budget": budget, "table": table, "column": column, "source": source, "seed": seed,
-                      "metric": summary["metric"], "best_epoch": run["best_epoch"],
-                      "epochs": job["general_pipeline"]["num_epochs"],
-                      **{split: _finite(run[split]) for split in ("train", "val", "test")},
-                      "seconds": round(time.perf_counter() - started, 1), "host": host(),
-                      "date": time.strftime("%Y-%m-%d"), "parameters": summary["model"]["num_parameters"]}
-            ledger.add(key, record)
-            log(f"{key}: val {record['val']:.4f} test {record['test']:.4f} ({record['seconds']:.0f} s)")
+    for seed, table, column, source, recipe in pending_runs(plan, seeds, ledger, worker):
+        budget, key = budget_key(recipe), run_key(table, column, source, seed)
+        job = copy.deepcopy(recipe)
+        job["general_pipeline"]["save_path"] = str(out / budget / key.replace("+", "_").replace(":", "_"))
+        if threads:
+            job["general_pipeline"]["num_threads"] = threads
+        resume = (Path(job["general_pipeline"]["save_path"]) / "recipe.yaml").is_file()
+        started = time.perf_counter()
+        summary = train_downstream(job, resume=resume, overwrite=not resume, seeds=[recipe["seed"] + seed],
+                                   progress=False, log=lambda m: None)
+        run = summary["runs"][0]
+        record = {"budget": budget, "table": table, "column": column, "source": source, "seed": seed,
+                  "metric": summary["metric"], "best_epoch": run["best_epoch"],
+                  "epochs": job["general_pipeline"]["num_epochs"],
+                  **{split: _finite(run[split]) for split in ("train", "val", "test")},
+                  "seconds": round(time.perf_counter() - started, 1),
+                  "host": host(summary.get("environment", {}).get("device_name")),
+                  "date": time.strftime("%Y-%m-%d"), "parameters": summary["model"]["num_parameters"]}
+        ledger.add(key, record)
+        log(f"{key}: val {record['val']:.4f} test {record['test']:.4f} ({record['seconds']:.0f} s)")
 
 
 def _finite(value):
@@ -226,7 +254,7 @@ def paired_gap(by_source: dict, split: str = "test") -> tuple[str, float, float,
 def markdown(table: str, cells: dict, digits: int = 4) -> str:
     """Rows = PE sources, per column ours (mean ± std, seeds) and the paper's ZINC-12k number."""
     paper = PAPER.get(table, {})
-    columns = list(cells)
+    columns = [c for c in TABLES[table][1] if c in cells] + sorted(set(cells) - set(TABLES[table][1]))
     header = ["PE"]
     for column in columns:
         header.append(f"{COLUMN_LABELS.get(column, column)} ({TABLES[table][2]})")
@@ -293,6 +321,17 @@ def plot(table: str, cells: dict, path: Path) -> Path:
 # ----------------------------------------------------------------------------------------------
 
 
+def parse_worker(text: str) -> tuple[int, int]:
+    """``"I/N"`` -> ``(I, N)`` with ``0 <= I < N``."""
+    try:
+        index, count = (int(part) for part in text.split("/"))
+    except ValueError:
+        index, count = -1, 0
+    if not 0 <= index < count:
+        sys.exit(f"error: --worker expects I/N with 0 <= I < N, got {text!r}")
+    return index, count
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -312,6 +351,11 @@ def main(argv=None) -> None:
                         help="run folders (checkpoints for resuming; default: %(default)s)")
     parser.add_argument("--figures", type=Path, default=HERE / "figures", help="folder of the PNGs")
     parser.add_argument("--report-only", action="store_true", help="only write the tables and figures so far")
+    parser.add_argument("--worker", default="0/1", metavar="I/N",
+                        help="run every N-th pending run from the I-th (0-based), so that N processes or "
+                             "machines share the sweep; each writes its own --ledger, joined with --merge")
+    parser.add_argument("--merge", action="append", default=[], type=Path, metavar="LEDGER",
+                        help="first take the finished runs of another ledger into --ledger (repeatable)")
     args = parser.parse_args(argv)
 
     from gpse_dgl.utils.errors import GPSEError
@@ -323,14 +367,17 @@ def main(argv=None) -> None:
     overrides = list(args.overrides) + ([f"general_pipeline.num_epochs={args.epochs}"] if args.epochs else [])
     extra = dict(item.split("=", 1) for item in args.gpse_extra)
     columns = args.columns.split(",") if args.columns else None
+    worker = parse_worker(args.worker)
     try:
         plan = [(table, column, source, recipe) for table in tables
                 for column, source, recipe in cell_recipes(
                     table, [c for c in columns if c in TABLES[table][1]] if columns else None,
                     args.sources.split(","), overrides, args.checkpoint, extra)]
         ledger = Ledger(args.ledger)
+        for path in args.merge:
+            print(f"{path}: {ledger.merge(Ledger(path))} run(s) taken into {args.ledger}")
         if not args.report_only:
-            run_all(plan, range(args.seeds), ledger, args.out, args.threads)
+            run_all(plan, range(args.seeds), ledger, args.out, args.threads, worker=worker)
     except GPSEError as exc:
         sys.exit(f"error: {exc}")
     report = []

@@ -50,3 +50,48 @@ def test_paired_gap_uses_the_best_explicit_encoding_seed_by_seed():
     best, mean, std, pairs = script.paired_gap(cells)
     assert best == "RWSE" and pairs == 2
     assert abs(mean - (-0.02)) < 1e-12 and abs(std - 0.01) < 1e-12
+
+
+def _plan(script, sources=("none", "RWSE", "GPSE")):
+    return [("solubility", "gine", source, {"seed": 0, "source": source}) for source in sources]
+
+
+def test_workers_share_the_pending_runs_without_overlap_and_in_seed_major_order(tmp_path, monkeypatch):
+    script = _script()
+    monkeypatch.setattr(script, "budget_key", lambda recipe: "b")
+    ledger = script.Ledger(tmp_path / "ledger.json")
+    ledger.add("solubility/gine/none/seed0", {"budget": "b"})  # finished: nobody runs it again
+    ledger.add("solubility/gine/RWSE/seed0", {"budget": "old"})  # another budget: pending
+    plan = _plan(script)
+    everything = [(seed, source) for seed, _, _, source, _ in script.pending_runs(plan, range(2), ledger)]
+    assert everything == [(0, "RWSE"), (0, "GPSE"), (1, "none"), (1, "RWSE"), (1, "GPSE")]
+    shares = [[(seed, source) for seed, _, _, source, _ in script.pending_runs(plan, range(2), ledger, (i, 3))]
+              for i in range(3)]
+    assert shares == [[(0, "RWSE"), (1, "RWSE")], [(0, "GPSE"), (1, "GPSE")], [(1, "none")]]
+    assert sorted(sum(shares, [])) == sorted(everything)
+
+
+def test_merge_takes_what_the_ledger_lacks_and_keeps_what_it_has(tmp_path):
+    script = _script()
+    main, other = script.Ledger(tmp_path / "main.json"), script.Ledger(tmp_path / "other.json")
+    main.add("t/c/none/seed0", {"budget": "b", "test": 1.0})
+    other.add("t/c/none/seed0", {"budget": "b", "test": 2.0})  # same run elsewhere: ours stays
+    other.add("t/c/none/seed1", {"budget": "b", "test": 3.0})
+    other.add("t/c/GPSE/seed0", {"budget": "new", "test": 4.0})
+    assert main.merge(other) == 2
+    assert main.merge(other) == 0
+    stored = json.loads((tmp_path / "main.json").read_text())["runs"]
+    assert {k: r["test"] for k, r in stored.items()} == {"t/c/none/seed0": 1.0, "t/c/none/seed1": 3.0,
+                                                         "t/c/GPSE/seed0": 4.0}
+
+
+def test_worker_argument_is_checked():
+    script = _script()
+    assert script.parse_worker("2/3") == (2, 3)
+    for bad in ("3/3", "-1/2", "1", "a/b", "0/0"):
+        try:
+            script.parse_worker(bad)
+        except SystemExit as exc:
+            assert "--worker expects I/N" in str(exc)
+        else:
+            raise AssertionError(bad)
