@@ -72,18 +72,27 @@ def imported_modules(node: ast.AST, module: str, is_package: bool) -> list[str]:
     return submodules or [target]
 
 
+def import_statements():
+    """``(module, path, node)`` for every ``import`` / ``from ... import`` of the package, at module level or
+    inside a function."""
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield module, path, node
+
+
+def site(path: Path, node: ast.AST) -> str:
+    return f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+
+
 def import_edges() -> dict[tuple[str, str], list[str]]:
     """``(from part, to part) -> ["gpse_dgl/x/y.py:LINE", ...]`` over every import in the package."""
     edges = defaultdict(list)
-    for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
-            for target in imported_modules(node, module, path.name == "__init__.py"):
-                src, dst = part_of(module), part_of(target)
-                if src != dst:
-                    edges[(src, dst)].append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    for module, path, node in import_statements():
+        for target in imported_modules(node, module, path.name == "__init__.py"):
+            src, dst = part_of(module), part_of(target)
+            if src != dst:
+                edges[(src, dst)].append(site(path, node))
     return dict(edges)
 
 
@@ -121,12 +130,10 @@ def module_edges() -> dict[tuple[str, str], list[str]]:
     package whose ``__init__`` imports its own submodules is no circle).
     """
     edges = defaultdict(list)
-    for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if isinstance(node, (ast.Import, ast.ImportFrom)):
-                for target in imported_modules(node, module, path.name == "__init__.py"):
-                    if target in MODULES and target != module:
-                        edges[(module, target)].append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    for module, path, node in import_statements():
+        for target in imported_modules(node, module, path.name == "__init__.py"):
+            if target in MODULES and target != module:
+                edges[(module, target)].append(site(path, node))
     return dict(edges)
 
 
@@ -134,18 +141,16 @@ def private_imports() -> list[str]:
     """``from x import _name`` of another module's private name (private modules such as ``_env`` are
     modules, not names, and may be imported)."""
     found = []
-    for module, path in MODULES.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-            if not isinstance(node, ast.ImportFrom):
-                continue
-            source = imported_modules(ast.ImportFrom(module=node.module, names=[], level=node.level), module,
-                                      path.name == "__init__.py")
-            if not source or source[0].split(".")[0] != PACKAGE or source[0] == module:
-                continue
-            found += [f"{path.relative_to(ROOT.parent)}:{node.lineno} imports {alias.name} from {source[0]}"
-                      for alias in node.names
-                      if alias.name.startswith("_") and not alias.name.startswith("__")
-                      and f"{source[0]}.{alias.name}" not in MODULES]
+    for module, path, node in import_statements():
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        source = imported_modules(ast.ImportFrom(module=node.module, names=[], level=node.level), module,
+                                  path.name == "__init__.py")
+        if not source or source[0].split(".")[0] != PACKAGE or source[0] == module:
+            continue
+        found += [f"{site(path, node)} imports {alias.name} from {source[0]}" for alias in node.names
+                  if alias.name.startswith("_") and not alias.name.startswith("__")
+                  and f"{source[0]}.{alias.name}" not in MODULES]
     return found
 
 
@@ -162,11 +167,17 @@ def test_every_part_has_a_floor():
     assert not unplaced, f"add these parts of {PACKAGE} to FLOORS in tests/test_layering.py: {unplaced}"
 
 
-def test_no_import_cycle_between_parts():
-    edges = import_edges()
+def cycle_report(edges) -> str | None:
+    """One import cycle of ``edges`` with where each step is written, or None."""
     cycle = find_cycle(edges)
-    where = [f"{a} -> {b} ({', '.join(edges[(a, b)][:3])})" for a, b in zip(cycle, cycle[1:])] if cycle else []
-    assert cycle is None, "import cycle between parts of gpse_dgl: " + "; ".join(where)
+    if cycle is None:
+        return None
+    return "; ".join(f"{a} -> {b} ({', '.join(edges[(a, b)][:3])})" for a, b in zip(cycle, cycle[1:]))
+
+
+def test_no_import_cycle_between_parts():
+    cycle = cycle_report(import_edges())
+    assert cycle is None, f"import cycle between parts of gpse_dgl: {cycle}"
 
 
 def test_imports_only_go_down():
@@ -177,10 +188,8 @@ def test_imports_only_go_down():
 
 
 def test_no_import_cycle_between_modules():
-    edges = module_edges()
-    cycle = find_cycle(edges)
-    where = [f"{a} -> {b} ({', '.join(edges[(a, b)][:3])})" for a, b in zip(cycle, cycle[1:])] if cycle else []
-    assert cycle is None, "import cycle between modules of gpse_dgl: " + "; ".join(where)
+    cycle = cycle_report(module_edges())
+    assert cycle is None, f"import cycle between modules of gpse_dgl: {cycle}"
 
 
 def test_the_training_pipelines_do_not_import_each_other():

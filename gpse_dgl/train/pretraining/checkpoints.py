@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -34,31 +35,20 @@ __all__ = ["RUN_OUTPUTS", "RunPaths", "TrainState", "restore_run", "check_same_r
 RUN_OUTPUTS = ("best.pt", "last.pt", "metrics.json", "recipe.yaml", "tensorboard")
 
 
-@dataclass(frozen=True)
-class RunPaths:
-    """Where a run writes its outputs."""
+class RunPaths(NamedTuple):
+    """Where a run writes its outputs: :data:`RUN_OUTPUTS` under ``root``, in that order."""
 
     root: Path
+    best: Path
+    last: Path
+    metrics: Path
+    recipe: Path
+    tensorboard: Path
 
-    @property
-    def best(self) -> Path:
-        return self.root / "best.pt"
-
-    @property
-    def last(self) -> Path:
-        return self.root / "last.pt"
-
-    @property
-    def metrics(self) -> Path:
-        return self.root / "metrics.json"
-
-    @property
-    def recipe(self) -> Path:
-        return self.root / "recipe.yaml"
-
-    @property
-    def tensorboard(self) -> Path:
-        return self.root / "tensorboard"
+    @classmethod
+    def under(cls, root) -> "RunPaths":
+        root = Path(root)
+        return cls(root, *(root / name for name in RUN_OUTPUTS))
 
 
 @dataclass

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -77,7 +76,7 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
     started = time.perf_counter()
     log = log or (tqdm_write if progress else (lambda message: None))
     general = recipe["general_pipeline"]
-    paths = RunPaths(Path(general["save_path"]))
+    paths = RunPaths.under(general["save_path"])
     cache_dir = recipe["data"]["cache_dir"] or default_cache_dir()
     with dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
         if not ctx.is_main:
