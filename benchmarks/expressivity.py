@@ -5,7 +5,7 @@ Every set is a group of graphs that colour refinement (1-WL) cannot tell apart, 
 
 * DEVELOPMENT set (used for design): CSL (10 classes, 41 nodes, 4-regular) and the two 1-WL pairs of
   ``wl_pairs.py`` (2 classes each). The pretraining data (``--corpus``: a source or a recipe) is checked
-  for every evaluation graph (:func:`gpse_dgl.train.graph_sources.find_evaluation_graphs`); rows with a
+  for every evaluation graph (:func:`gpse_dgl.train.pretraining.graph_sources.find_evaluation_graphs`); rows with a
   graph in its training split are marked ``in-sample`` (pretrain with ``data.exclude_graphs: [wl-pairs,
   csl]`` to remove them).
 * HELD-OUT set (reported only, never used to choose): EXP's 1-WL-equivalent pairs (read from disk when
@@ -172,16 +172,17 @@ def in_sample_graphs(corpus: str, log=print) -> list[dict]:
     pretraining data: the split source plus the ring edits and regular graphs its training split adds).
     """
     from gpse_dgl.data.families import EVALUATION_SETS
-    from gpse_dgl.recipes import load_recipe, validate_recipe
-    from gpse_dgl.train.data import _add_training_graphs
-    from gpse_dgl.train.graph_sources import _subset_and_split, find_evaluation_graphs, load_source_graphs
+    from gpse_dgl.train.pretraining.data import add_training_graphs
+    from gpse_dgl.train.pretraining.graph_sources import find_evaluation_graphs, load_source_graphs, subset_and_split
+    from gpse_dgl.train.pretraining.schema import load_pretrain_recipe, validate_pretrain_recipe
 
     is_recipe = corpus.endswith((".yaml", ".yml"))
-    data = (load_recipe(corpus) if is_recipe else validate_recipe({"data": {"source": corpus}}, "--corpus"))["data"]
+    data = (load_pretrain_recipe(corpus) if is_recipe
+            else validate_pretrain_recipe({"data": {"source": corpus}}, "--corpus"))["data"]
     graphs, info = load_source_graphs(data)
-    graphs, codes = _subset_and_split(graphs, data, info)
+    graphs, codes = subset_and_split(graphs, data, info)
     if is_recipe:
-        graphs, codes, _ = _add_training_graphs(graphs, codes, data, info, False, lambda line: None)
+        graphs, codes, _ = add_training_graphs(graphs, codes, data, info, False, lambda line: None)
     log(f"corpus {corpus}: {len(graphs):,} graphs checked")
     return find_evaluation_graphs(graphs, list(EVALUATION_SETS), codes)
 

@@ -136,7 +136,7 @@ def main(argv=None) -> None:
     import copy
 
     from csl import gpse_checkpoint
-    from gpse_dgl.train.downstream_schema import validate_downstream_recipe
+    from gpse_dgl.train.downstream.schema import validate_downstream_recipe
     from gpse_dgl.utils.errors import GPSEError
 
     register()

@@ -93,7 +93,7 @@ PAPER = {
 
 def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse: dict):
     """``[(column, source label, validated recipe)]`` of one table."""
-    from gpse_dgl.train.downstream_schema import load_downstream_recipe
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
 
     recipe_file, models, _ = TABLES[table]
     cells = []

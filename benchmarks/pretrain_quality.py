@@ -31,12 +31,13 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from gpse_dgl.utils import checkpoint as ckpt  # noqa: E402
-from gpse_dgl.train import pretrain as pt  # noqa: E402
-from gpse_dgl.train.data import build_pretraining_data  # noqa: E402
+from gpse_dgl.train import pretraining as pt  # noqa: E402
+from gpse_dgl.train.pretraining.data import build_pretraining_data  # noqa: E402
 from gpse_dgl.train.metrics import R2Accumulator  # noqa: E402
-from gpse_dgl.recipes import validate_recipe  # noqa: E402
+from gpse_dgl.train.runtime import derive_seed  # noqa: E402
+from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe  # noqa: E402
 # the paper's table pse_perf: test R^2 of the 20 x 512 model trained on 5 % of MolPCBA (16,177 graphs)
-from gpse_dgl.train.report import PAPER_TEST_R2 as PAPER_TEST  # noqa: E402
+from gpse_dgl.train.pretraining.report import PAPER_TEST_R2 as PAPER_TEST  # noqa: E402
 
 
 def evaluate(model, batches, data, seed: int, dim_in: int, mode: str) -> dict:
@@ -45,7 +46,7 @@ def evaluate(model, batches, data, seed: int, dim_in: int, mode: str) -> dict:
     if mode == "seeded":  # exactly what gpse-dgl pretrain reports
         return pt.evaluate(model, batches, data, seed, torch.device("cpu"), dim_in)
     accumulator = R2Accumulator(data.columns, data.num_node_columns)
-    feature_seed = pt.derive_seed(seed, "evaluation features")
+    feature_seed = derive_seed(seed, "evaluation features")
     with torch.no_grad():
         for graph, node_true, graph_true in batches:
             if mode == "zeros":
@@ -90,7 +91,7 @@ def main(argv=None):
 
     path = str(resolve_checkpoint(args.checkpoint)[0])
     payload = ckpt.load_pretrain_checkpoint(path)
-    recipe = validate_recipe(payload["recipe"], source=path)
+    recipe = validate_pretrain_recipe(payload["recipe"], source=path)
     data = build_pretraining_data(recipe["data"], log=lambda *a: None)
     model = pt.build_model(payload["model_config"], "auto")
     model.load_state_dict(payload["model_state"])

@@ -66,7 +66,7 @@ def time_scan() -> dict:
 
 
 def time_targets(recipe: dict):
-    from gpse_dgl.train.data import build_pretraining_data
+    from gpse_dgl.train.pretraining.data import build_pretraining_data
 
     with tempfile.TemporaryDirectory() as cache:
         start = time.perf_counter()
@@ -77,8 +77,9 @@ def time_targets(recipe: dict):
 def time_steps(recipe: dict, data, layers: int, width: int, steps: int) -> dict:
     import torch
 
-    from gpse_dgl.train.pretrain import (_loss, build_model, build_optimizer, model_config_from_recipe,
-                                         num_parameters, training_features)
+    from gpse_dgl.train.pretraining.evaluation import pretraining_loss
+    from gpse_dgl.train.pretraining.model import (build_model, build_optimizer, model_config_from_recipe,
+                                                  num_parameters, training_features)
 
     general = recipe["general_pipeline"]
     model_recipe = {**recipe["model"], "num_layers": layers, "dim_hidden": width, "graph_head_hidden": width}
@@ -95,7 +96,8 @@ def time_steps(recipe: dict, data, layers: int, width: int, steps: int) -> dict:
         x = training_features(graph, model_recipe["dim_in"], generator)
         start = time.perf_counter()
         node_pred, graph_pred = model(graph, x)
-        loss, _ = _loss(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes(), general["loss"])
+        loss, _ = pretraining_loss(node_pred, node_true, graph_pred, graph_true, graph.batch_num_nodes(),
+                                   general["loss"])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if general["clip_grad_norm"] is not None:
@@ -119,10 +121,10 @@ def main(argv=None):
     set_threads_env(args.threads)
     import torch
 
-    from gpse_dgl.recipes import load_recipe
+    from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
 
     torch.set_num_threads(args.threads)
-    recipe = load_recipe(args.recipe, args.overrides)
+    recipe = load_pretrain_recipe(args.recipe, args.overrides)
     print(f"# pretraining sizing, {today()}\n{machine_line()}\n`{command_line()}`\n")
     if recipe["data"]["source"] == "rdkit-molecules" and not args.quick:
         scan = time_scan()

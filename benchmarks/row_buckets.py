@@ -42,12 +42,12 @@ def run_variant(recipe_path: str, variant: str, steps: int) -> dict:
     import torch
 
     from gpse_dgl.nn.loss import gpse_loss
-    from gpse_dgl.recipes import load_recipe
-    from gpse_dgl.train.data import build_pretraining_data
-    from gpse_dgl.train.pretrain import build_model, build_optimizer, model_config_from_recipe, training_features
+    from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
+    from gpse_dgl.train.pretraining.data import build_pretraining_data
+    from gpse_dgl.train.pretraining import build_model, build_optimizer, model_config_from_recipe, training_features
     from gpse_dgl.utils.precision import autocast
 
-    recipe = load_recipe(recipe_path, ["device=cpu"])
+    recipe = load_pretrain_recipe(recipe_path, ["device=cpu"])
     general = recipe["general_pipeline"]
     data = build_pretraining_data(recipe["data"], log=lambda message: None)
     config = model_config_from_recipe(recipe["model"], data)

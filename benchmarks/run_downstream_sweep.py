@@ -155,7 +155,7 @@ def run_sweep(jobs, sources, out: Path, seeds=None, resume: bool = False, progre
 
 def load_jobs(paths, overrides, checkpoint: str | None):
     """``[(stem, validated recipe)]`` for recipe files, with ``--set`` overrides and the GPSE checkpoint."""
-    from gpse_dgl.train.downstream_schema import load_downstream_recipe
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
 
     extra = list(overrides) + ([f"model.pe.checkpoint={checkpoint}"] if checkpoint else [])
     return [(Path(p).stem, load_downstream_recipe(p, extra)) for p in paths]

@@ -4,7 +4,7 @@
 Each configuration starts its processes as ``torchrun`` does (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``
 127.0.0.1, gloo on CPU, nccl with ``--device cuda``) and runs the library's own code paths:
 
-* **pretraining step**: the code of ``gpse_dgl.train.pretrain`` under torchrun: every rank takes its share
+* **pretraining step**: the code of ``gpse_dgl.train.pretraining`` under torchrun: every rank takes its share
   of each global batch (:class:`gpse_dgl.train.distributed.BatchShare`), the model is wrapped in DDP with
   BatchNorm synchronised, the loss is the global batch's (:func:`~gpse_dgl.train.distributed.gather_batch`),
   then AdamW. Embedded molecules (bare skeletons), random targets of the real shape (51 node + 11 graph
@@ -73,7 +73,7 @@ def worker(args) -> dict:
     from gpse_dgl.nn.gpse import GPSEForPretraining
     from gpse_dgl.nn.loss import gpse_loss
     from gpse_dgl.train import distributed as data_parallel
-    from gpse_dgl.train.data import GraphCollection
+    from gpse_dgl.train.pretraining.data import GraphCollection
     from gpse_dgl.utils import distributed as dist_utils
 
     device = torch.device(args.device)

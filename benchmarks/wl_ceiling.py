@@ -30,8 +30,8 @@ import hashlib
 
 import torch
 
-from gpse_dgl.recipes import load_recipe
-from gpse_dgl.train.data import build_pretraining_data
+from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
+from gpse_dgl.train.pretraining.data import build_pretraining_data
 from gpse_dgl.train.metrics import R2Accumulator, group_scores, nanmean
 
 
@@ -89,7 +89,7 @@ def main(argv=None):
     parser.add_argument("--recipe", default="recipes/quickstart.yaml", help="pretraining recipe")
     parser.add_argument("--split", default="val", choices=("train", "val", "test"))
     args = parser.parse_args(argv)
-    recipe = load_recipe(args.recipe)
+    recipe = load_pretrain_recipe(args.recipe)
     data = build_pretraining_data(recipe["data"], log=lambda *a: None)
     collection = data.splits[args.split]
     node_pred, graph_pred, distinct = wl_bound(collection)

@@ -42,9 +42,6 @@ torch (checked against 2.13):
 * :func:`reset_multihead_attention` -- ``nn.MultiheadAttention._reset_parameters()``: torch's own
   initialisation of the attention projections (it has no public ``reset_parameters``).
 
-The learning-rate scheduler's ``_last_lr`` is set by the pretraining schedule (``gpse_dgl.train``), next to
-the code that owns it.
-
 Example
 -------
 >>> import dgl, torch

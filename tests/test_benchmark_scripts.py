@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from _benchmarks import load_benchmark
-from gpse_dgl.recipes import dump_recipe, validate_recipe
-from gpse_dgl.train.pretrain import pretrain
+from gpse_dgl.recipes import dump_recipe
+from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
+from gpse_dgl.train.pretraining import pretrain
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -21,7 +22,7 @@ def _script(name):
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("tiny_pretrain")
-    recipe = validate_recipe({
+    recipe = validate_pretrain_recipe({
         "data": {"max_graphs": 40, "cache_dir": str(root / "cache"), "split": [0.6, 0.2, 0.2]},
         "model": {"dim_hidden": 8, "num_layers": 2, "head_hidden": 4, "graph_head_hidden": 8},
         "general_pipeline": {"num_epochs": 1, "batch_size": 16, "save_path": str(root / "run"),

@@ -123,9 +123,9 @@ def test_unwritable_out_fails_before_any_work(verb, tmp_path, capsys, monkeypatc
 
 
 def test_pretrain_checks_out_and_cache_dir_before_loading_data(tmp_path, capsys, monkeypatch):
-    import gpse_dgl.train.pretrain as pretrain_module
+    import gpse_dgl.train.pretraining.run as run_module
 
-    monkeypatch.setattr(pretrain_module, "build_pretraining_data",
+    monkeypatch.setattr(run_module, "build_pretraining_data",
                         lambda *a, **k: pytest.fail("data loaded before the directories were checked"))
     blocker = tmp_path / "blocker"
     blocker.write_text("a file")
@@ -224,7 +224,7 @@ def test_names_get_did_you_mean(args, text, capsys, monkeypatch):
 
 
 def test_recipe_names_get_did_you_mean(tmp_path, capsys):
-    from gpse_dgl.train.downstream_schema import load_downstream_recipe
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
     from gpse_dgl.utils.errors import RecipeError
 
     recipe = os.path.join(REPO, "recipes", "downstream", "csl.yaml")

@@ -41,8 +41,8 @@ from gpse_dgl.data.molecules import load_embedded_molecules
 from gpse_dgl.encode import encode, load_gpse
 from gpse_dgl.nn import ops
 from gpse_dgl.pse import ALL_PSES, NODE_TARGET_KEY, compute_pse_tensors, pretraining_targets
-from gpse_dgl.recipes import load_recipe
-from gpse_dgl.train.pretrain import pretrain
+from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
+from gpse_dgl.train.pretraining import pretrain
 from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
 
 STANDIN_ENV = "GPSE_DGL_TEST_CUDA_AS"
@@ -367,7 +367,7 @@ def _resume_check(precision, device, targets_cache, tmp_path, capsys):
             raise Killed
 
     interrupted = tmp_path / "interrupted"
-    recipe = load_recipe(QUICKSTART, _pretrain_sets(device, targets_cache, precision)
+    recipe = load_pretrain_recipe(QUICKSTART, _pretrain_sets(device, targets_cache, precision)
                          + [f"general_pipeline.save_path={interrupted}", f"device={device}"])
     with pytest.raises(Killed):
         pretrain(recipe, progress=False, on_epoch_end=kill_after_first_epoch)

@@ -151,9 +151,10 @@ def test_batched_equals_one_by_one_with_components():
     np.testing.assert_array_equal(single, np.stack([_nx_count(G) for G in graphs]))
 
 
-def test_embedded_molecules_fast():
-    import time
-
+def test_embedded_molecules_need_little_work():
+    """The batched count of RDKit's 3,071 embedded skeletons stays within a small work bound (it needs about
+    62,000 node pairs and paths; the default limit is 50 million): a change that made counting scale worse
+    fails here, on a clock-free measure."""
     from gpse_dgl.data.molecules import load_embedded_molecules
 
     mols = load_embedded_molecules()
@@ -165,12 +166,10 @@ def test_embedded_molecules_fast():
         ng.append(np.full(g.num_nodes(), i))
         off += g.num_nodes()
     args = (off, np.concatenate(us), np.concatenate(vs), np.concatenate(ng), len(mols))
-    t = time.perf_counter()
-    counts = count_cycles(*args)
-    elapsed = time.perf_counter() - t
+    counts = count_cycles(*args, max_paths=100_000)
     assert counts.shape == (len(mols), L - 1)
     assert counts[:, 0].sum() == args[1].shape[0] // 2
-    assert elapsed < 2.0  # ~0.1 s on one core; generous for a loaded machine
+    np.testing.assert_array_equal(counts, count_cycles(*args))  # the bound changes nothing else
 
 
 def test_max_paths_error():

@@ -8,7 +8,8 @@ import gpse_dgl  # noqa: F401
 from gpse_dgl.data.registry import load_dataset
 from gpse_dgl.data.synthetic import (
     ARXIV_SIZE, CSL_SKIPS, chain_graphs, csl_dataset, csl_graph, cycle_graphs, erdos_renyi_graphs, knn_graphs,
-    random_graph, random_regular_graphs, stratified_kfold, wl_pair_graphs, wl_pairs_dataset)
+    random_graph, random_regular_graphs, wl_pair_graphs, wl_pairs_dataset)
+from gpse_dgl.data.splits import stratified_kfold
 
 
 def to_nx(g) -> nx.Graph:

@@ -11,7 +11,7 @@ import dgl
 from _cli import run_cli
 from gpse_dgl.data.registry import load_dataset
 from gpse_dgl.encode import AddGPSE, encode, precompute_gpse
-from gpse_dgl.encode import transform as transform_module
+from gpse_dgl.encode import precompute as precompute_module
 from gpse_dgl.nn.gpse import GPSE
 from gpse_dgl.utils.errors import DatasetNotFoundError, GPSEError
 
@@ -81,7 +81,7 @@ def test_second_precompute_reads_the_cache(model, tmp_path, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("encoded again instead of reading the cache")
 
-    monkeypatch.setattr(transform_module, "encode_dataset", refuse)
+    monkeypatch.setattr(precompute_module, "encode_dataset", refuse)
     second = precompute_gpse(_minigc(), model=model, seed=1, cache=tmp_path, name="minigc")
     for a, b in zip(first.graphs, second.graphs):
         assert torch.equal(a.ndata["gpse"], b.ndata["gpse"])
@@ -154,7 +154,7 @@ def test_csv_dir_encodes_and_trains(tmp_path, checkpoint, model, capsys):
     assert not any(p.suffix == ".bin" for p in (FIXTURES / "rings").rglob("*"))  # nothing written beside the data
 
     from gpse_dgl.train.downstream import train_downstream
-    from gpse_dgl.train.downstream_schema import validate_downstream_recipe
+    from gpse_dgl.train.downstream.schema import validate_downstream_recipe
 
     recipe = validate_downstream_recipe({
         "device": "cpu",
@@ -173,7 +173,7 @@ def test_csv_dir_encodes_and_trains(tmp_path, checkpoint, model, capsys):
                                           ("dgl:MiniGCDataset:num_graphs=24", "RWSE"), ("dgl-bin", "random")])
 def test_downstream_trains_on_dgl_sources(name, source, tmp_path):
     from gpse_dgl.train.downstream import train_downstream
-    from gpse_dgl.train.downstream_schema import validate_downstream_recipe
+    from gpse_dgl.train.downstream.schema import validate_downstream_recipe
 
     data = {"name": name, "cache_dir": str(tmp_path / "cache")}
     if name == "dgl-bin":

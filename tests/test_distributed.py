@@ -21,10 +21,10 @@ import pytest
 import torch
 import yaml
 
-from gpse_dgl.recipes import validate_recipe
+from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
 from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
-from gpse_dgl.train.data import build_pretraining_data
-from gpse_dgl.train.pretrain import pretrain
+from gpse_dgl.train.pretraining.data import build_pretraining_data
+from gpse_dgl.train.pretraining import pretrain
 from gpse_dgl.utils import distributed as dist_utils
 from gpse_dgl.utils.distributed import Context, DistributedError
 
@@ -58,7 +58,7 @@ def finish(procs: list, timeout: float = 240) -> list:
 
 def tiny_recipe(save_path, cache_dir, **general) -> dict:
     """Small GPSE, no dropout, BatchNorm synchronised across ranks."""
-    return validate_recipe({
+    return validate_pretrain_recipe({
         "data": {"max_graphs": 40, "cache_dir": str(cache_dir), "split": [0.8, 0.1, 0.1]},
         "model": {"dim_hidden": 16, "num_layers": 2, "head_hidden": 8, "graph_head_hidden": 16,
                   "dropout": 0.0},
@@ -280,7 +280,7 @@ def test_two_processes_train_a_downstream_model_like_one(tmp_path):
     """CSL with GIN, no BatchNorm, no dropout: 2 processes give 1 process's losses and weights."""
     from gpse_dgl.utils.checkpoint import load_checkpoint
     from gpse_dgl.train.downstream import train_downstream
-    from gpse_dgl.train.downstream_schema import load_downstream_recipe
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
 
     settings = ["model.pe.source=RWSE", "model.dim_hidden=32", "model.pe.dim_pe=32", "model.batchnorm=false",
                 "model.pe.batchnorm=false", "general_pipeline.num_epochs=2", "data.max_folds=1",

@@ -13,7 +13,7 @@ import torch
 from gpse_dgl.train import metrics
 from gpse_dgl.utils.checkpoint import load_checkpoint
 from gpse_dgl.train.downstream import compute_loss, plan_runs, task_spec, train_downstream
-from gpse_dgl.train.downstream_schema import (DOWNSTREAM_SCHEMA, load_downstream_recipe,
+from gpse_dgl.train.downstream.schema import (DOWNSTREAM_SCHEMA, load_downstream_recipe,
                                               validate_downstream_recipe)
 from gpse_dgl.utils.errors import CheckpointError, RecipeError
 
@@ -336,4 +336,4 @@ def test_gpse_encodings_take_their_own_precision(monkeypatch, general, gpse, exp
         f"general_pipeline.precision={general}", f"model.pe.gpse_precision={'null' if gpse is None else gpse}"])
     with pytest.raises(StopIteration):
         downstream_data.prepare_data(recipe, device="cpu")
-    assert seen["precision"] == expected
+    assert seen["gpse_precision"] == expected

@@ -1,5 +1,5 @@
 """The expressivity evaluation: graph families built from definitions (``gpse_dgl.data.families``), the
-evaluation-graph detector and ``data.exclude_graphs`` (``gpse_dgl.train.graph_sources``), and
+evaluation-graph detector and ``data.exclude_graphs`` (``gpse_dgl.train.pretraining.graph_sources``), and
 ``benchmarks/expressivity.py`` (scorer and a smoke run)."""
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ from gpse_dgl.data.families import (EVALUATION_SETS, FAMILIES, circulant_graph, 
                                     shrikhande_graph, srg_parameters)
 from gpse_dgl.data.registry import load_dataset
 from gpse_dgl.data.synthetic import csl_graph, wl_pair_graphs
-from gpse_dgl.recipes import validate_recipe
-from gpse_dgl.train import graph_sources
-from gpse_dgl.train.data import _data_settings
-from gpse_dgl.train.graph_sources import (_subset_and_split, add_regular_graphs, exclude_evaluation_graphs,
+from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
+from gpse_dgl.train.pretraining import graph_sources
+from gpse_dgl.train.pretraining.data import _data_settings
+from gpse_dgl.train.pretraining.graph_sources import (subset_and_split, add_regular_graphs, exclude_evaluation_graphs,
                                           find_evaluation_graphs)
 from gpse_dgl.utils.errors import RecipeError
 from gpse_dgl.utils.graph import graph_simple_edges, undirected_graph
@@ -160,10 +160,10 @@ def test_exclude_graphs_leaves_them_out_before_the_split():
     corpus = _corpus() * 2
     kept, stats = exclude_evaluation_graphs(corpus, ["wl-pairs"])
     assert len(kept) == 6 and stats["removed"] == ["wl-pairs/hexagon", "wl-pairs/squares"] * 2
-    data = validate_recipe({"data": {"source": "csl", "exclude_graphs": ["wl-pairs", "csl"],
+    data = validate_pretrain_recipe({"data": {"source": "csl", "exclude_graphs": ["wl-pairs", "csl"],
                                      "split": [0.4, 0.3, 0.3]}}, "test")["data"]
     info = {}
-    graphs, codes = _subset_and_split(corpus, data, info)
+    graphs, codes = subset_and_split(corpus, data, info)
     assert len(graphs) == len(codes) == 4 and len(info["excluded_graphs"]["removed"]) == 6
     assert find_evaluation_graphs(graphs, ["wl-pairs", "csl"]) == []
 
@@ -183,10 +183,10 @@ def test_added_regular_graphs_avoid_excluded_graphs(monkeypatch):
 
 def test_exclude_graphs_recipe_key_is_checked_and_fingerprinted():
     with pytest.raises(RecipeError, match="did you mean 'wl-pairs'"):
-        validate_recipe({"data": {"exclude_graphs": ["wl-pair"]}}, "test")
-    plain = validate_recipe({}, "test")["data"]
+        validate_pretrain_recipe({"data": {"exclude_graphs": ["wl-pair"]}}, "test")
+    plain = validate_pretrain_recipe({}, "test")["data"]
     assert plain["exclude_graphs"] == [] and "exclude_graphs" not in _data_settings(plain)  # old caches stay valid
-    excluded = validate_recipe({"data": {"exclude_graphs": ["wl-pairs"]}}, "test")["data"]
+    excluded = validate_pretrain_recipe({"data": {"exclude_graphs": ["wl-pairs"]}}, "test")["data"]
     assert _data_settings(excluded)["exclude_graphs"] == ["wl-pairs"]
     assert set(evaluation_graphs("wl-pairs")) == {"squares", "triangles", "hexagon", "pentagon"}
     assert {"wl-pairs", "csl", *FAMILIES} == set(EVALUATION_SETS)

@@ -1,4 +1,4 @@
-"""Feature sources for downstream models (gpse_dgl.train.features): widths, values, seeding, caching."""
+"""Feature sources for downstream models (gpse_dgl.train.downstream.features): widths, values, seeding, caching."""
 from __future__ import annotations
 
 import copy
@@ -9,8 +9,8 @@ import torch
 
 from gpse_dgl.data.synthetic import csl_graph, wl_pair_graphs
 from gpse_dgl.pse import compute_pses
-from gpse_dgl.train.downstream_schema import default_downstream_recipe
-from gpse_dgl.train.features import (NodeTable, compute_features, load_features, random_features,
+from gpse_dgl.train.downstream.schema import default_downstream_recipe
+from gpse_dgl.train.downstream.features import (NodeTable, compute_features, load_features, random_features,
                                      source_width)
 from gpse_dgl.utils.errors import CheckpointError
 

@@ -2,7 +2,7 @@
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "gpse_dgl"
-MAX_LINES = 500
+MAX_LINES = 450
 # the reason must be a comment line starting with this within the first HEAD_LINES lines
 REASON_MARK = "# size:"
 HEAD_LINES = 5

@@ -3,7 +3,8 @@ import torch
 import torch.nn.functional as F
 
 import dgl
-from gpse_dgl.nn.gpse import GPSE, GPSEForPretraining, GPSEHeads
+from gpse_dgl.nn.gpse import GPSE, GPSEForPretraining
+from gpse_dgl.nn.heads import GPSEHeads
 from gpse_dgl.nn.random_features import graph_seed, random_node_features, structure_keys
 from gpse_dgl.nn.virtual_node import VirtualNodeInfo, add_virtual_nodes, no_virtual_nodes, pool
 

@@ -1,10 +1,15 @@
-"""Dependencies between gpse_dgl's subpackages point one way (docs/ARCHITECTURE.md).
+"""Dependencies between gpse_dgl's subpackages and modules point one way (docs/ARCHITECTURE.md).
 
 Every module under ``gpse_dgl/`` is parsed with :mod:`ast` (nothing is imported); each import, at module
-level or inside a function, becomes an edge between the *parts* of the package: a subpackage
-(``gpse_dgl.encode.loading`` -> ``encode``) or a top-level module (``gpse_dgl.recipes`` -> ``recipes``;
-the package's own ``__init__`` is ``gpse_dgl``). ``FLOORS`` lists the parts from the bottom up; a part
-may import parts on lower floors only, so parts on one floor do not import each other.
+level or inside a function, becomes an edge between two modules, and between the *parts* of the
+package: a subpackage (``gpse_dgl.encode.loading`` -> ``encode``) or a top-level module
+(``gpse_dgl.recipes`` -> ``recipes``; the package's own ``__init__`` is ``gpse_dgl``). ``FLOORS`` lists the
+parts from the bottom up; a part may import parts on lower floors only, so parts on one floor do not
+import each other. Within a part no two modules import each other, directly or around a circle; the two
+training pipelines (``train/pretraining``, ``train/downstream``) do not import each other, and the run
+machinery they share at the top of ``train/`` imports neither. A private name (``_x``) is never imported
+from another module: what several modules need is public, and private DGL / torch access is in
+``gpse_dgl/_private.py``.
 """
 from __future__ import annotations
 
@@ -67,18 +72,27 @@ def imported_modules(node: ast.AST, module: str, is_package: bool) -> list[str]:
     return submodules or [target]
 
 
+def import_statements():
+    """``(module, path, node)`` for every ``import`` / ``from ... import`` of the package, at module level or
+    inside a function."""
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                yield module, path, node
+
+
+def site(path: Path, node: ast.AST) -> str:
+    return f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+
+
 def import_edges() -> dict[tuple[str, str], list[str]]:
     """``(from part, to part) -> ["gpse_dgl/x/y.py:LINE", ...]`` over every import in the package."""
     edges = defaultdict(list)
-    for module, path in MODULES.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        for node in ast.walk(tree):
-            if not isinstance(node, (ast.Import, ast.ImportFrom)):
-                continue
-            for target in imported_modules(node, module, path.name == "__init__.py"):
-                src, dst = part_of(module), part_of(target)
-                if src != dst:
-                    edges[(src, dst)].append(f"{path.relative_to(ROOT.parent)}:{node.lineno}")
+    for module, path, node in import_statements():
+        for target in imported_modules(node, module, path.name == "__init__.py"):
+            src, dst = part_of(module), part_of(target)
+            if src != dst:
+                edges[(src, dst)].append(site(path, node))
     return dict(edges)
 
 
@@ -108,16 +122,62 @@ def find_cycle(edges) -> list[str] | None:
     return None
 
 
+def module_edges() -> dict[tuple[str, str], list[str]]:
+    """``(module, imported module) -> ["gpse_dgl/x/y.py:LINE", ...]`` over every import in the package.
+
+    ``from package import name`` is an edge to the package's ``__init__`` unless ``name`` is a submodule;
+    importing ``a.b.c`` is an edge to ``a.b.c`` only (Python runs ``a.b``'s ``__init__`` first, but a
+    package whose ``__init__`` imports its own submodules is no circle).
+    """
+    edges = defaultdict(list)
+    for module, path, node in import_statements():
+        for target in imported_modules(node, module, path.name == "__init__.py"):
+            if target in MODULES and target != module:
+                edges[(module, target)].append(site(path, node))
+    return dict(edges)
+
+
+def private_imports() -> list[str]:
+    """``from x import _name`` of another module's private name (private modules such as ``_env`` are
+    modules, not names, and may be imported)."""
+    found = []
+    for module, path, node in import_statements():
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        source = imported_modules(ast.ImportFrom(module=node.module, names=[], level=node.level), module,
+                                  path.name == "__init__.py")
+        if not source or source[0].split(".")[0] != PACKAGE or source[0] == module:
+            continue
+        found += [f"{site(path, node)} imports {alias.name} from {source[0]}" for alias in node.names
+                  if alias.name.startswith("_") and not alias.name.startswith("__")
+                  and f"{source[0]}.{alias.name}" not in MODULES]
+    return found
+
+
+#: The two pipelines of ``train/`` and the shared machinery at its top, as module-name prefixes.
+PIPELINES = ("gpse_dgl.train.pretraining", "gpse_dgl.train.downstream")
+
+
+def pipeline_of(module: str) -> str | None:
+    return next((p for p in PIPELINES if module == p or module.startswith(p + ".")), None)
+
+
 def test_every_part_has_a_floor():
     unplaced = sorted({part_of(m) for m in MODULES} - set(FLOOR_OF))
     assert not unplaced, f"add these parts of {PACKAGE} to FLOORS in tests/test_layering.py: {unplaced}"
 
 
-def test_no_import_cycle_between_parts():
-    edges = import_edges()
+def cycle_report(edges) -> str | None:
+    """One import cycle of ``edges`` with where each step is written, or None."""
     cycle = find_cycle(edges)
-    where = [f"{a} -> {b} ({', '.join(edges[(a, b)][:3])})" for a, b in zip(cycle, cycle[1:])] if cycle else []
-    assert cycle is None, "import cycle between parts of gpse_dgl: " + "; ".join(where)
+    if cycle is None:
+        return None
+    return "; ".join(f"{a} -> {b} ({', '.join(edges[(a, b)][:3])})" for a, b in zip(cycle, cycle[1:]))
+
+
+def test_no_import_cycle_between_parts():
+    cycle = cycle_report(import_edges())
+    assert cycle is None, f"import cycle between parts of gpse_dgl: {cycle}"
 
 
 def test_imports_only_go_down():
@@ -127,11 +187,49 @@ def test_imports_only_go_down():
     assert not upward, "imports against the allowed order (FLOORS):\n" + "\n".join(upward)
 
 
+def test_no_import_cycle_between_modules():
+    cycle = cycle_report(module_edges())
+    assert cycle is None, f"import cycle between modules of gpse_dgl: {cycle}"
+
+
+def test_the_training_pipelines_do_not_import_each_other():
+    crossing = [f"{src} -> {dst} ({', '.join(sites[:3])})" for (src, dst), sites in sorted(module_edges().items())
+                if src.startswith("gpse_dgl.train.") and pipeline_of(dst) and pipeline_of(src) != pipeline_of(dst)]
+    assert not crossing, ("train/pretraining and train/downstream do not import each other, and the shared "
+                          "machinery at the top of train/ imports neither:\n" + "\n".join(crossing))
+
+
+def test_no_private_name_is_imported_from_another_module():
+    found = private_imports()
+    assert not found, "make these names public (or keep the use in their module): " + "; ".join(found)
+
+
+def test_dgl_is_imported_after_the_settings():
+    """Every module importing dgl at its top imports ``gpse_dgl._env`` (or ``_private``, which does) first."""
+    late = []
+    for module, path in MODULES.items():
+        settings = dgl_line = None
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.ImportFrom) and node.level and {a.name for a in node.names} & {"_env", "_private"}:
+                settings = settings or node.lineno
+            loads_dgl = (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "dgl" for a in node.names)) or (
+                isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "dgl")
+            if loads_dgl and dgl_line is None:
+                dgl_line = node.lineno
+        if dgl_line is not None and module not in ("gpse_dgl._env", "gpse_dgl._private") and (
+                settings is None or settings > dgl_line):
+            late.append(f"{path.relative_to(ROOT.parent)}:{dgl_line}")
+    assert not late, "import gpse_dgl._env before dgl (DGLBACKEND, OGB's offline setting): " + ", ".join(late)
+
+
 def test_the_checker_sees_local_and_relative_imports():
     source = "def f():\n    from ..train.checkpoint import load_checkpoint\n"
     node = ast.parse(source).body[0].body[0]
     assert imported_modules(node, "gpse_dgl.encode.loading", False) == ["gpse_dgl.train.checkpoint"]
     assert find_cycle({("encode", "train"), ("train", "encode")}) == ["encode", "train", "encode"]
+    assert find_cycle({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == ["a", "b", "c", "a"]
+    assert pipeline_of("gpse_dgl.train.downstream.schema") == "gpse_dgl.train.downstream"
+    assert pipeline_of("gpse_dgl.train.runtime") is None and pipeline_of("gpse_dgl.train.pretrainingx") is None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from gpse_dgl.data.molecules import load_embedded_molecules
 from gpse_dgl.encode import encode, encode_dataset, encode_large, encode_sampled, load_gpse
 from gpse_dgl.nn import ops
 from gpse_dgl.nn.gpse import GPSE
-from gpse_dgl.recipes import PRECISION_CHOICES
 from gpse_dgl.train.mixed_precision import MixedPrecision
 from gpse_dgl.utils import precision as prec
 from gpse_dgl.utils.precision import PRECISIONS, PrecisionError, autocast, resolve_precision
@@ -46,8 +45,13 @@ def quiet_bf16(monkeypatch):
 
 
 def test_names_dtypes_and_recipe_choices():
+    from gpse_dgl.train.downstream.schema import DOWNSTREAM_SCHEMA
+    from gpse_dgl.train.pretraining.schema import PRETRAIN_SCHEMA
+
     assert PRECISIONS == ("fp32", "bf16", "fp16")
-    assert PRECISION_CHOICES == prec.PRECISION_CHOICES == PRECISIONS + ("auto",)
+    assert prec.PRECISION_CHOICES == PRECISIONS + ("auto",)
+    for schema in (PRETRAIN_SCHEMA, DOWNSTREAM_SCHEMA):  # the recipes take their choices from utils.precision
+        assert schema["general_pipeline"]["precision"].choices == prec.PRECISION_CHOICES
     assert resolve_precision("fp32", "cpu") is torch.float32
 
 
@@ -221,12 +225,11 @@ def test_fp32_is_the_default_and_unchanged():
 
 
 def test_bf16_pretraining_follows_fp32_and_resumes(tmp_path, quiet_bf16):
-    from gpse_dgl.recipes import validate_recipe
+    from gpse_dgl.train.pretraining import pretrain, validate_pretrain_recipe
     from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
-    from gpse_dgl.train.pretrain import pretrain
 
     def recipe(precision, save, epochs=2):
-        return validate_recipe({
+        return validate_pretrain_recipe({
             "data": {"max_graphs": 40, "cache_dir": str(tmp_path / "cache"), "split": [0.8, 0.1, 0.1]},
             "model": {"dim_hidden": 32, "num_layers": 4, "head_hidden": 8, "graph_head_hidden": 16,
                       "dropout": 0.0},
@@ -249,11 +252,10 @@ def test_bf16_pretraining_follows_fp32_and_resumes(tmp_path, quiet_bf16):
 
 
 def test_fp16_on_cpu_fails_before_training(tmp_path):
-    from gpse_dgl.recipes import validate_recipe
-    from gpse_dgl.train.pretrain import pretrain
+    from gpse_dgl.train.pretraining import pretrain, validate_pretrain_recipe
 
-    recipe = validate_recipe({"general_pipeline": {"precision": "fp16", "save_path": str(tmp_path / "r")},
-                              "device": "cpu"}, "test")
+    recipe = validate_pretrain_recipe({"general_pipeline": {"precision": "fp16", "save_path": str(tmp_path / "r")},
+                                       "device": "cpu"}, "test")
     with pytest.raises(PrecisionError, match="use bf16"):
         pretrain(recipe, progress=False)
 

@@ -8,12 +8,11 @@ import math
 import pytest
 import torch
 
-from gpse_dgl.recipes import load_recipe, validate_recipe
-from gpse_dgl.train import pretrain as pretrain_module
+from gpse_dgl.train.pretraining import build_model, checkpoints, evaluation, loop, pretrain, run as run_module
+from gpse_dgl.train.pretraining.data import GraphCollection, build_pretraining_data
+from gpse_dgl.train.pretraining.schema import load_pretrain_recipe, validate_pretrain_recipe
+from gpse_dgl.train.schedule import CosineWithWarmup, LRSchedule
 from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
-from gpse_dgl.train.data import GraphCollection, build_pretraining_data
-from gpse_dgl.train.pretrain import build_scheduler, pretrain
-from gpse_dgl.train.schedule import CosineWithWarmup
 from gpse_dgl.utils.errors import CheckpointError, RecipeError
 
 NUM_GRAPHS = 60
@@ -25,7 +24,7 @@ def cache_dir(tmp_path_factory):
 
 
 def tiny_recipe(save_path, cache_dir, **general) -> dict:
-    recipe = validate_recipe({
+    recipe = validate_pretrain_recipe({
         "data": {"max_graphs": NUM_GRAPHS, "cache_dir": str(cache_dir), "split": [0.8, 0.1, 0.1]},
         "model": {"dim_hidden": 16, "num_layers": 2, "head_hidden": 8, "graph_head_hidden": 16,
                   "dropout": 0.1},
@@ -86,7 +85,7 @@ def test_scheduler_warms_up_then_follows_a_cosine():
     general.update(num_epochs=10)
     general["lr_scheduler"].update(warmup_epochs=2, interval="epoch")
     optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
-    scheduler = build_scheduler(optimizer, general, steps_per_epoch=7)
+    scheduler = LRSchedule.from_recipe(optimizer, general, steps_per_epoch=7).scheduler  # the torch scheduler
     rates = []
     for _ in range(10):
         rates.append(optimizer.param_groups[0]["lr"])
@@ -117,11 +116,11 @@ def test_tiny_run_learns_and_writes_all_outputs(tmp_path, cache_dir):
 
     best = torch.load(paths["best_checkpoint"], weights_only=True)
     assert best["epoch"] == metrics["best_epoch"] and best["format"] == "gpse-dgl-pretrain"
-    model = pretrain_module.build_model(best["model_config"])
+    model = build_model(best["model_config"])
     model.load_state_dict(best["model_state"])
     assert best["model_config"] == model.to_config()
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
-    assert load_recipe(paths["recipe"]) == recipe
+    assert load_pretrain_recipe(paths["recipe"]) == recipe
 
 
 class Killed(Exception):
@@ -159,7 +158,7 @@ def test_resume_after_an_epoch_gives_identical_results(tmp_path, cache_dir):
 def test_kill_mid_epoch_loses_only_that_epoch(tmp_path, cache_dir, monkeypatch):
     straight = run(tiny_recipe(tmp_path / "straight", cache_dir))
     recipe = tiny_recipe(tmp_path / "killed", cache_dir)
-    original, calls = pretrain_module.training_features, []
+    original, calls = loop.training_features, []
     steps_per_epoch = 3  # 48 training graphs / batch 16
 
     def die_in_second_epoch(*args, **kwargs):
@@ -168,10 +167,10 @@ def test_kill_mid_epoch_loses_only_that_epoch(tmp_path, cache_dir, monkeypatch):
             raise Killed
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(pretrain_module, "training_features", die_in_second_epoch)
+    monkeypatch.setattr(loop, "training_features", die_in_second_epoch)
     with pytest.raises(Killed):
         run(recipe)
-    monkeypatch.setattr(pretrain_module, "training_features", original)
+    monkeypatch.setattr(loop, "training_features", original)
     assert load_pretrain_checkpoint(tmp_path / "killed" / "last.pt")["epoch"] == 1
     resumed = run(recipe, resume=True)
     assert_same_run(straight, resumed, tmp_path / "straight", tmp_path / "killed")
@@ -231,7 +230,7 @@ def test_ogb_molecules_become_unique_skeletons(tmp_path):
 
     from gpse_dgl.data.molecules import unique_skeleton_graphs
 
-    recipe = validate_recipe({"data": {"source": "ogbg-molhiv", "root": str(FIXTURES),
+    recipe = validate_pretrain_recipe({"data": {"source": "ogbg-molhiv", "root": str(FIXTURES),
                                        "cache_dir": str(tmp_path), "split": [0.6, 0.2, 0.2]}}, "test")
     data = build_pretraining_data(recipe["data"], log=lambda m: None)
     smiles = pd.read_csv(FIXTURES / "ogbg_molhiv" / "mapping" / "mol.csv.gz")["smiles"].tolist()
@@ -245,7 +244,7 @@ def test_ogb_molecules_become_unique_skeletons(tmp_path):
 def test_unique_structures_drops_repeats_and_trivial_graphs():
     import dgl
 
-    from gpse_dgl.train.data import unique_structures
+    from gpse_dgl.train.pretraining.data import unique_structures
 
     path = dgl.graph(([0, 1], [1, 2]))
     relabelled_path = dgl.graph(([2, 0], [0, 1]))  # same path, other node numbering and direction
@@ -277,27 +276,27 @@ def test_standardized_graph_targets_use_training_statistics(cache_dir):
 def test_resume_check_fills_keys_added_to_the_schema(tmp_path):
     """A checkpoint written before a recipe key existed still matches a recipe that has it at its
     default; a non-default value is a different run."""
-    recipe = validate_recipe({})
+    recipe = validate_pretrain_recipe({})
     old = copy.deepcopy(recipe)
     del old["model"]["learn_input_norm"]
     payload = {"recipe": old, "model_config": {"encoder": {}}}
-    pretrain_module._check_same_run(tmp_path / "last.pt", payload, recipe, {"encoder": {}})
+    checkpoints.check_same_run(tmp_path / "last.pt", payload, recipe, {"encoder": {}})
     changed = copy.deepcopy(recipe)
     changed["model"]["learn_input_norm"] = False
     with pytest.raises(RecipeError, match="learn_input_norm"):
-        pretrain_module._check_same_run(tmp_path / "last.pt", payload, changed, {"encoder": {}})
+        checkpoints.check_same_run(tmp_path / "last.pt", payload, changed, {"encoder": {}})
 
 
 def test_loss_options_reach_the_loss(tmp_path, cache_dir, monkeypatch):
     """general_pipeline.loss is what training and validation minimise / report."""
     seen = []
-    real = pretrain_module.gpse_loss
+    real = evaluation.gpse_loss
 
     def spy(*args, **kwargs):
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pretrain_module, "gpse_loss", spy)
+    monkeypatch.setattr(evaluation, "gpse_loss", spy)
     recipe = tiny_recipe(tmp_path / "run", cache_dir, num_epochs=1,
                          loss={"regression": "l1+mse", "graph_weight": 5.0})
     summary = run(recipe)
@@ -317,6 +316,12 @@ class FakeClock:
         return self.now
 
 
+def use_clock(monkeypatch, clock) -> None:
+    """Let ``clock`` stand for the ``time`` module of the run (its start) and of its loop (epoch times)."""
+    for module in (run_module, loop):
+        monkeypatch.setattr(module, "time", clock)
+
+
 def fitted_recipe(save_path, cache_dir, interval="step", warmup=1, **general):
     settings = {"num_epochs": 40, "time_limit_minutes": 1.0, "fit_to_time_limit": True, **general}
     recipe = tiny_recipe(save_path, cache_dir, **settings)
@@ -327,7 +332,7 @@ def fitted_recipe(save_path, cache_dir, interval="step", warmup=1, **general):
 @pytest.mark.parametrize("interval, warmup", [("step", 1), ("epoch", 2), ("step", 1.5)])
 def test_schedule_fitted_to_the_time_limit_decays_fully_and_can_be_repeated(tmp_path, cache_dir, monkeypatch,
                                                                              interval, warmup):
-    monkeypatch.setattr(pretrain_module, "time", FakeClock())
+    use_clock(monkeypatch, FakeClock())
     fitted = run(fitted_recipe(tmp_path / "fitted", cache_dir, interval, warmup))
     n = fitted["num_epochs"]
     assert fitted["fitted_to_time_limit"] and 3 <= n < 40, n
@@ -338,7 +343,7 @@ def test_schedule_fitted_to_the_time_limit_decays_fully_and_can_be_repeated(tmp_
     assert last["optimizer_state"]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-12)
 
     # the same run with num_epochs set to the fitted length from the start, no limit: identical
-    monkeypatch.setattr(pretrain_module, "time", __import__("time"))
+    use_clock(monkeypatch, __import__("time"))
     explicit = fitted_recipe(tmp_path / "explicit", cache_dir, interval, warmup)
     explicit["general_pipeline"].update(num_epochs=n, fit_to_time_limit=False, time_limit_minutes=None)
     repeated = run(explicit)
@@ -365,27 +370,27 @@ def test_resume_with_more_epochs_follows_the_new_schedule(tmp_path, cache_dir):
 
 
 def test_resume_keeps_the_fitted_schedule(tmp_path, cache_dir, monkeypatch):
-    monkeypatch.setattr(pretrain_module, "time", FakeClock())
+    use_clock(monkeypatch, FakeClock())
     straight = run(fitted_recipe(tmp_path / "straight", cache_dir))
 
     def kill_after_third_epoch(record):
         if record["epoch"] == 3:
             raise Killed
 
-    monkeypatch.setattr(pretrain_module, "time", FakeClock())
+    use_clock(monkeypatch, FakeClock())
     interrupted = fitted_recipe(tmp_path / "interrupted", cache_dir)
     with pytest.raises(Killed):
         run(interrupted, on_epoch_end=kill_after_third_epoch)
     assert load_pretrain_checkpoint(tmp_path / "interrupted" / "last.pt")["fitted_num_epochs"] == straight["num_epochs"]
     # resumed on a machine ten times slower: the fitted length stays, only the hard limit could cut it
-    monkeypatch.setattr(pretrain_module, "time", FakeClock(0.1))
+    use_clock(monkeypatch, FakeClock(0.1))
     resumed = run(interrupted, resume=True)
     assert resumed["num_epochs"] == straight["num_epochs"]
     assert_same_run(straight, resumed, tmp_path / "straight", tmp_path / "interrupted")
 
 
 def test_no_fit_when_the_recipe_fits_in_time(tmp_path, cache_dir, monkeypatch):
-    monkeypatch.setattr(pretrain_module, "time", FakeClock(1e-3))
+    use_clock(monkeypatch, FakeClock(1e-3))
     summary = run(fitted_recipe(tmp_path / "run", cache_dir, num_epochs=4))
     assert summary["num_epochs"] == 4 and not summary["fitted_to_time_limit"]
     assert summary["epochs_completed"] == 4
@@ -397,19 +402,19 @@ def test_no_fit_when_the_recipe_fits_in_time(tmp_path, cache_dir, monkeypatch):
 def with_init(recipe: dict, init_from) -> dict:
     recipe = copy.deepcopy(recipe)
     recipe["model"]["init_from"] = str(init_from)
-    return validate_recipe(recipe, "test")
+    return validate_pretrain_recipe(recipe, "test")
 
 
 def test_init_from_starts_from_the_checkpoint_weights(tmp_path, cache_dir, monkeypatch):
     first = run(tiny_recipe(tmp_path / "first", cache_dir, num_epochs=1))
     started_with = {}
-    real_build = pretrain_module.build_optimizer
+    real_build = run_module.build_optimizer
 
     def record_initial_weights(model, optimizer_recipe):  # called right after the weights are set
         started_with.update({k: v.detach().clone() for k, v in model.state_dict().items()})
         return real_build(model, optimizer_recipe)
 
-    monkeypatch.setattr(pretrain_module, "build_optimizer", record_initial_weights)
+    monkeypatch.setattr(run_module, "build_optimizer", record_initial_weights)
     lines = []
     recipe = with_init(tiny_recipe(tmp_path / "second", cache_dir, num_epochs=1), first["paths"]["best_checkpoint"])
     second = pretrain(recipe, progress=False, log=lines.append)
@@ -438,7 +443,7 @@ def test_init_from_another_model_shape_is_refused(tmp_path, cache_dir):
 def test_bad_init_from_fails_before_the_data_is_built(tmp_path, cache_dir, monkeypatch, target, message):
     (tmp_path / "corrupt.pt").write_bytes(b"PK\x03\x04 truncated")
     init = target if target == "no-such-model" else tmp_path / target
-    monkeypatch.setattr(pretrain_module, "build_pretraining_data",
+    monkeypatch.setattr(run_module, "build_pretraining_data",
                         lambda *a, **k: pytest.fail("the data was built before init_from was checked"))
     with pytest.raises(Exception, match=f"model.init_from: .*{message}"):
         run(with_init(tiny_recipe(tmp_path / "run", cache_dir), init))

@@ -83,7 +83,7 @@ def test_adding_a_file_moves_no_old_skeleton(package, tmp_path):
     assert len(after.graphs) == len(before.graphs) + 40
 
     def split_of(ds):
-        from gpse_dgl.train.graph_sources import _skeleton_key
+        from gpse_dgl.train.pretraining.graph_sources import _skeleton_key
         from gpse_dgl.utils.graph import graph_simple_edges
 
         keys = [_skeleton_key(g.num_nodes(), *graph_simple_edges(g)) for g in ds.graphs]
@@ -113,13 +113,13 @@ def test_registered_and_cached(package, tmp_path, monkeypatch):
 
 
 def test_pretraining_uses_the_hash_split(package, tmp_path):
-    from gpse_dgl.recipes import load_recipe
-    from gpse_dgl.train.graph_sources import _subset_and_split
+    from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
+    from gpse_dgl.train.pretraining.graph_sources import subset_and_split
 
     (package / "Data" / "more.smi").write_text("\n".join(f"C1CCC(C{'C' * k})CC1" for k in range(40)))
     ds = load_dataset("rdkit-molecules", root=tmp_path / "data")
-    recipe = load_recipe("recipes/quickstart.yaml", ["data.source=rdkit-molecules", "data.split_seed=7"])
-    _, codes = _subset_and_split(list(ds.graphs), recipe["data"])
+    recipe = load_pretrain_recipe("recipes/quickstart.yaml", ["data.source=rdkit-molecules", "data.split_seed=7"])
+    _, codes = subset_and_split(list(ds.graphs), recipe["data"])
     for code, name in enumerate(("train", "val", "test")):
         assert torch.equal(torch.nonzero(codes == code).flatten(), ds.splits[name])
 

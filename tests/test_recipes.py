@@ -8,8 +8,9 @@ import re
 import pytest
 import yaml
 
-from gpse_dgl.recipes import (PRETRAIN_SCHEMA, StrictSafeLoader, default_recipe, describe_schema, dump_recipe,
-                              load_recipe, validate_recipe)
+from gpse_dgl.recipes import StrictSafeLoader, describe_schema, dump_recipe
+from gpse_dgl.train.pretraining.schema import (PRETRAIN_SCHEMA, default_pretrain_recipe, load_pretrain_recipe,
+                                               validate_pretrain_recipe)
 from gpse_dgl.utils.errors import RecipeError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,7 +25,7 @@ def write(tmp_path, text: str, name: str = "r.yaml") -> str:
 
 def error_of(path, overrides=()) -> str:
     with pytest.raises(RecipeError) as info:
-        load_recipe(path, overrides)
+        load_pretrain_recipe(path, overrides)
     message = str(info.value)
     assert "\n" not in message, "errors must be one line"
     return message
@@ -40,7 +41,7 @@ def test_recipes_folder_has_the_required_recipes():
 
 @pytest.mark.parametrize("path", RECIPE_FILES, ids=os.path.basename)
 def test_every_shipped_recipe_validates(path):
-    recipe = load_recipe(path)
+    recipe = load_pretrain_recipe(path)
     assert set(recipe) == set(PRETRAIN_SCHEMA)
 
 
@@ -54,7 +55,7 @@ def test_every_key_in_shipped_recipes_has_a_comment(path):
 
 
 def test_molpcba_recipe_is_the_paper_setup():
-    recipe = load_recipe(os.path.join(REPO, "recipes", "molpcba.yaml"))
+    recipe = load_pretrain_recipe(os.path.join(REPO, "recipes", "molpcba.yaml"))
     general, model = recipe["general_pipeline"], recipe["model"]
     assert recipe["data"]["source"] == "ogbg-molpcba"
     assert recipe["data"]["split"] == [0.9, 0.05, 0.05]
@@ -72,8 +73,8 @@ def test_molpcba_recipe_is_the_paper_setup():
 
 
 def test_missing_keys_get_the_paper_defaults(tmp_path):
-    recipe = load_recipe(write(tmp_path, "data:\n  max_graphs: 10\n"))
-    defaults = default_recipe()
+    recipe = load_pretrain_recipe(write(tmp_path, "data:\n  max_graphs: 10\n"))
+    defaults = default_pretrain_recipe()
     assert recipe["data"]["max_graphs"] == 10
     assert recipe["model"] == defaults["model"]
     assert defaults["general_pipeline"]["optimizer"] == {"name": "adamw", "lr": 5e-3, "weight_decay": 1e-4}
@@ -83,15 +84,15 @@ def test_missing_keys_get_the_paper_defaults(tmp_path):
 @pytest.mark.parametrize("text", ["", "# only a comment\n", "---\n"])
 def test_empty_file_is_an_error(tmp_path, text):
     with pytest.raises(RecipeError, match="empty recipe"):
-        load_recipe(write(tmp_path, text))
+        load_pretrain_recipe(write(tmp_path, text))
 
 
 def test_duplicate_key_names_key_and_both_lines(tmp_path):
     text = "seed: 1\nmodel:\n  num_layers: 3\n  dropout: 0.1\n  num_layers: 4\n"
     with pytest.raises(RecipeError, match=r"duplicate key 'num_layers' at lines 3 and 5"):
-        load_recipe(write(tmp_path, text))
+        load_pretrain_recipe(write(tmp_path, text))
     with pytest.raises(RecipeError, match=r"duplicate key 'seed' at lines 1 and 2"):
-        load_recipe(write(tmp_path, "seed: 1\nseed: 2\n"))
+        load_pretrain_recipe(write(tmp_path, "seed: 1\nseed: 2\n"))
 
 
 def test_merge_keys_may_be_overridden(tmp_path):
@@ -103,31 +104,31 @@ def test_merge_keys_may_be_overridden(tmp_path):
 @pytest.mark.parametrize("override", ["seed=-1", f"seed={2**63}", f"seed={2**70}", f"data.split_seed={2**64}"])
 def test_seed_outside_63_bits_is_an_error(tmp_path, override):
     with pytest.raises(RecipeError, match=r"seed in \[0, 2\*\*63\)"):
-        load_recipe(write(tmp_path, "seed: 0\n"), [override])
+        load_pretrain_recipe(write(tmp_path, "seed: 0\n"), [override])
 
 
 def test_largest_seed_is_accepted(tmp_path):
-    assert load_recipe(write(tmp_path, "seed: 0\n"), [f"seed={2**63 - 1}"])["seed"] == 2**63 - 1
+    assert load_pretrain_recipe(write(tmp_path, "seed: 0\n"), [f"seed={2**63 - 1}"])["seed"] == 2**63 - 1
 
 
 def test_misspelled_choice_gets_did_you_mean(tmp_path):
     with pytest.raises(RecipeError, match=r"got 'summ' \(did you mean 'sum'\?\)"):
-        load_recipe(write(tmp_path, "model:\n  pooling: summ\n"))
+        load_pretrain_recipe(write(tmp_path, "model:\n  pooling: summ\n"))
 
 
 def test_defaults_are_not_shared_between_recipes(tmp_path):
-    first = default_recipe()
+    first = default_pretrain_recipe()
     first["data"]["node_targets"].append("changed")
-    assert "changed" not in default_recipe()["data"]["node_targets"]
+    assert "changed" not in default_pretrain_recipe()["data"]["node_targets"]
 
 
 def test_dump_and_reload_round_trip(tmp_path):
-    recipe = load_recipe(write(tmp_path, "model:\n  num_layers: 3\n"))
-    assert load_recipe(write(tmp_path, dump_recipe(recipe), "again.yaml")) == recipe
+    recipe = load_pretrain_recipe(write(tmp_path, "model:\n  num_layers: 3\n"))
+    assert load_pretrain_recipe(write(tmp_path, dump_recipe(recipe), "again.yaml")) == recipe
 
 
 def test_every_schema_key_is_described():
-    lines = describe_schema()
+    lines = describe_schema(PRETRAIN_SCHEMA)
     assert any(line.startswith("general_pipeline.optimizer.lr (default 0.005)") for line in lines)
     assert all(line.split(": ", 1)[1] for line in lines)
 
@@ -185,12 +186,12 @@ def test_type_and_value_errors(tmp_path, text, key, expected):
 
 def test_scientific_notation_without_dot_is_a_number(tmp_path):
     # PyYAML (YAML 1.1) reads "5e-3" as a string; recipes accept it as the number users mean
-    recipe = load_recipe(write(tmp_path, "general_pipeline:\n  optimizer:\n    lr: 5e-3\n"))
+    recipe = load_pretrain_recipe(write(tmp_path, "general_pipeline:\n  optimizer:\n    lr: 5e-3\n"))
     assert recipe["general_pipeline"]["optimizer"]["lr"] == pytest.approx(0.005)
 
 
 def test_nullable_keys_accept_null(tmp_path):
-    recipe = load_recipe(write(tmp_path, "general_pipeline:\n  clip_grad_norm: null\n"))
+    recipe = load_pretrain_recipe(write(tmp_path, "general_pipeline:\n  clip_grad_norm: null\n"))
     assert recipe["general_pipeline"]["clip_grad_norm"] is None
 
 
@@ -210,11 +211,11 @@ def test_top_level_must_be_a_mapping(tmp_path):
 
 
 def test_validation_happens_before_any_work(tmp_path, monkeypatch):
-    import gpse_dgl.train.pretrain as pretrain_module
+    import gpse_dgl.train.pretraining.run as run_module
 
-    monkeypatch.setattr(pretrain_module, "pretrain", lambda *a, **k: pytest.fail("work started"))
+    monkeypatch.setattr(run_module, "pretrain", lambda *a, **k: pytest.fail("work started"))
     with pytest.raises(RecipeError):
-        load_recipe(write(tmp_path, "model:\n  num_layers: many\n"))
+        load_pretrain_recipe(write(tmp_path, "model:\n  num_layers: many\n"))
 
 
 # ------------------------------------------------------------------ --set overrides
@@ -222,7 +223,7 @@ def test_validation_happens_before_any_work(tmp_path, monkeypatch):
 
 def test_set_overrides_and_parses_yaml_scalars(tmp_path):
     path = write(tmp_path, "model:\n  num_layers: 4\n")
-    recipe = load_recipe(path, ["model.num_layers=6", "model.virtual_node=false",
+    recipe = load_pretrain_recipe(path, ["model.num_layers=6", "model.virtual_node=false",
                                 "general_pipeline.optimizer.lr=1e-3", "data.split=[0.8, 0.1, 0.1]",
                                 "general_pipeline.save_path=runs/x"])
     assert recipe["model"]["num_layers"] == 6 and recipe["model"]["virtual_node"] is False
@@ -232,7 +233,7 @@ def test_set_overrides_and_parses_yaml_scalars(tmp_path):
 
 
 def test_set_can_add_a_section_missing_from_the_file(tmp_path):
-    recipe = load_recipe(write(tmp_path, "seed: 0\n"), ["general_pipeline.lr_scheduler.warmup_epochs=1"])
+    recipe = load_pretrain_recipe(write(tmp_path, "seed: 0\n"), ["general_pipeline.lr_scheduler.warmup_epochs=1"])
     assert recipe["general_pipeline"]["lr_scheduler"]["warmup_epochs"] == 1
 
 
@@ -253,10 +254,10 @@ def test_bad_set_names_file_and_key(tmp_path, override, expected):
 
 
 def test_validate_recipe_accepts_dicts():
-    recipe = validate_recipe({"model": {"num_layers": 2}}, "inline")
+    recipe = validate_pretrain_recipe({"model": {"num_layers": 2}}, "inline")
     assert recipe["model"]["num_layers"] == 2
     with pytest.raises(RecipeError, match=r"^inline: model.num_layers: expected an integer"):
-        validate_recipe({"model": {"num_layers": "2"}}, "inline")
+        validate_pretrain_recipe({"model": {"num_layers": "2"}}, "inline")
 
 
 # ------------------------------------------------------------------ base recipes
@@ -267,9 +268,9 @@ def test_base_chain_merges_and_the_recipe_wins(tmp_path):
     write(tmp_path, "model:\n  num_layers: 4\n  dim_hidden: 32\nseed: 3\n", "bases/root.yaml")
     write(tmp_path, "base: root.yaml\nmodel:\n  dim_hidden: 48\n", "bases/middle.yaml")
     path = write(tmp_path, "base: bases/middle.yaml\nmodel:\n  num_layers: 2\n")
-    recipe = load_recipe(path, ["seed=5"])
+    recipe = load_pretrain_recipe(path, ["seed=5"])
     assert (recipe["model"]["num_layers"], recipe["model"]["dim_hidden"], recipe["seed"]) == (2, 48, 5)
-    assert recipe == load_recipe(write(tmp_path, "model:\n  num_layers: 2\n  dim_hidden: 48\nseed: 5\n", "flat.yaml"))
+    assert recipe == load_pretrain_recipe(write(tmp_path, "model:\n  num_layers: 2\n  dim_hidden: 48\nseed: 5\n", "flat.yaml"))
     assert "base" not in dump_recipe(recipe)
 
 
@@ -289,7 +290,7 @@ def test_a_base_value_can_be_overridden_and_an_empty_section_changes_nothing(tmp
     write(tmp_path, "model:\n  num_layers: many\n  dim_hidden: 32\ngeneral_pipeline:\n  eval_batch_size: 64\n",
           "base.yaml")
     path = write(tmp_path, "base: base.yaml\nmodel:\ngeneral_pipeline:\n  eval_batch_size: null\n")
-    recipe = load_recipe(path, ["model.num_layers=2"])
+    recipe = load_pretrain_recipe(path, ["model.num_layers=2"])
     assert recipe["model"]["num_layers"] == 2 and recipe["model"]["dim_hidden"] == 32
     assert recipe["general_pipeline"]["eval_batch_size"] is None
 

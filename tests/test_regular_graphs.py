@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from gpse_dgl.data.synthetic import connected_regular_edges, undirected_graph
-from gpse_dgl.train import graph_sources
-from gpse_dgl.train.graph_sources import _skeleton_key, add_regular_graphs
+from gpse_dgl.train.pretraining import graph_sources
+from gpse_dgl.train.pretraining.graph_sources import _skeleton_key, add_regular_graphs
 from gpse_dgl.utils.graph import graph_simple_edges, simple_edges
 
 
@@ -85,11 +85,11 @@ def test_a_held_out_regular_graph_is_never_added(monkeypatch):
 
 
 def test_recipe_key_adds_graphs_and_changes_the_cache(tmp_path):
-    from gpse_dgl.recipes import validate_recipe
-    from gpse_dgl.train.data import build_pretraining_data, data_fingerprint
+    from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
+    from gpse_dgl.train.pretraining.data import build_pretraining_data, data_fingerprint
 
     def data_recipe(regular, scaling="none"):
-        return validate_recipe({"data": {"max_graphs": 30, "cache_dir": str(tmp_path), "split": [0.8, 0.1, 0.1],
+        return validate_pretrain_recipe({"data": {"max_graphs": 30, "cache_dir": str(tmp_path), "split": [0.8, 0.1, 0.1],
                                          "regular_graphs": regular, "graph_target_scaling": scaling}}, "test")["data"]
 
     plain = build_pretraining_data(data_recipe(0.0), log=lambda m: None)
@@ -120,10 +120,10 @@ def test_recipe_key_adds_graphs_and_changes_the_cache(tmp_path):
 
 
 def test_a_tiny_run_with_regular_graphs_trains_on_finite_losses(tmp_path):
-    from gpse_dgl.recipes import validate_recipe
-    from gpse_dgl.train.pretrain import pretrain
+    from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
+    from gpse_dgl.train.pretraining import pretrain
 
-    recipe = validate_recipe({
+    recipe = validate_pretrain_recipe({
         "data": {"max_graphs": 30, "cache_dir": str(tmp_path / "cache"), "split": [0.8, 0.1, 0.1],
                  "regular_graphs": 1.0, "graph_target_scaling": "standardize"},
         "model": {"dim_hidden": 16, "num_layers": 2, "head_hidden": 8, "graph_head_hidden": 16},

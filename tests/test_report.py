@@ -87,7 +87,7 @@ def test_report_command_usage_errors(tmp_path):
 
 
 def test_missing_matplotlib_leaves_one_line_and_no_failure(run_dir, monkeypatch):
-    from gpse_dgl.train.report import report_after_run
+    from gpse_dgl.train.pretraining.report import report_after_run
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib -> ImportError
     lines = []
@@ -102,7 +102,7 @@ def test_a_report_on_other_graphs_maps_graph_outputs_back_with_the_training_stat
     them falls back to the other graphs' own, with one line."""
     import torch
 
-    from gpse_dgl.train import report
+    from gpse_dgl.train.pretraining import report
     from gpse_dgl.utils.checkpoint import export_inference_checkpoint, load_pretrain_checkpoint, save_checkpoint
 
     used = []

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpse_dgl.recipes import load_recipe
-from gpse_dgl.train.downstream_schema import load_downstream_recipe
+from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
+from gpse_dgl.train.downstream.schema import load_downstream_recipe
 from gpse_dgl.train.schedule import LRSchedule
 
 REPO = Path(__file__).resolve().parent.parent
@@ -136,7 +136,7 @@ def _downstream_rates(schedule_or_scheduler, optimizer, epochs: range, name: str
 @pytest.mark.parametrize("interval", ["epoch", "step"])
 @pytest.mark.parametrize("path", PRETRAIN_RECIPES, ids=lambda p: p.stem)
 def test_pretraining_rates_equal_the_previous_scheduler(path, interval):
-    general = load_recipe(path)["general_pipeline"]
+    general = load_pretrain_recipe(path)["general_pipeline"]
     general["lr_scheduler"]["interval"] = interval
     # enough steps per epoch that short schedules (a 6-epoch fine-tuning stage) still give >= 60 rates
     steps, lr = max(3, -(-60 // general["num_epochs"])), general["optimizer"]["lr"]
@@ -152,7 +152,7 @@ def test_pretraining_rates_equal_the_previous_scheduler(path, interval):
 @pytest.mark.parametrize("interval", ["epoch", "step"])
 def test_resume_and_new_length_equal_the_previous_scheduler(interval):
     """A checkpoint of either scheduler resumes into LRSchedule; set_length matches set_schedule_length."""
-    general = load_recipe(REPO / "recipes" / "quickstart.yaml")["general_pipeline"]
+    general = load_pretrain_recipe(REPO / "recipes" / "quickstart.yaml")["general_pipeline"]
     general["lr_scheduler"]["interval"] = interval
     steps, lr, per_step = 4, general["optimizer"]["lr"], interval == "step"
     old_opt = _optimizer(lr)

@@ -112,7 +112,7 @@ def test_no_place_for_an_edit_gives_none_and_bad_kind_raises():
 
 def test_added_edits_are_training_only_new_and_seeded():
     from gpse_dgl.data.molecules import load_embedded_molecules
-    from gpse_dgl.train.graph_sources import _skeleton_key, add_skeleton_edits
+    from gpse_dgl.train.pretraining.graph_sources import _skeleton_key, add_skeleton_edits
     from gpse_dgl.utils.graph import graph_simple_edges
 
     graphs = load_embedded_molecules()[:200]
@@ -130,7 +130,7 @@ def test_added_edits_are_training_only_new_and_seeded():
 
 def test_graphs_above_the_comparison_size_are_not_edited():
     from gpse_dgl.data.molecules import load_embedded_molecules
-    from gpse_dgl.train.data import add_skeleton_edits
+    from gpse_dgl.train.pretraining.data import add_skeleton_edits
 
     graphs = load_embedded_molecules()[:40]
     split = torch.tensor([0] * 30 + [1] * 5 + [2] * 5)
@@ -146,7 +146,7 @@ def test_an_edit_equal_to_a_held_out_graph_is_never_added():
     """Growing the training 6-ring gives the 7-ring, which is a validation graph here: it must be
     drawn again (about a quarter of all draws are 'grow')."""
     from gpse_dgl.data.synthetic import undirected_graph
-    from gpse_dgl.train.graph_sources import _skeleton_key, add_skeleton_edits
+    from gpse_dgl.train.pretraining.graph_sources import _skeleton_key, add_skeleton_edits
     from gpse_dgl.utils.graph import graph_simple_edges
 
     ring = [undirected_graph(k, np.arange(k), (np.arange(k) + 1) % k) for k in (6, 7, 8)]

@@ -107,7 +107,7 @@ def test_print_config_shows_the_resolved_recipe_and_trains_nothing(tmp_path):
     from click.testing import CliRunner
 
     from gpse_dgl.cli import cli
-    from gpse_dgl.train.downstream_schema import load_downstream_recipe
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
 
     args = ["--set", "model.pe.source=RWSE", "--out", str(tmp_path / "run"), "--device", "cpu"]
     result = CliRunner().invoke(cli, ["train", str(RECIPES / "zinc.yaml"), *args, "--print-config"])
@@ -125,12 +125,12 @@ def test_pretrain_print_config(tmp_path):
     from click.testing import CliRunner
 
     from gpse_dgl.cli import cli
-    from gpse_dgl.recipes import load_recipe
+    from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
 
     recipe = REPO / "recipes" / "quickstart.yaml"
     result = CliRunner().invoke(cli, ["pretrain", str(recipe), "--set", "model.num_layers=3", "--print-config",
                                       "--out", str(tmp_path / "run")])
     assert result.exit_code == 0, result.output
-    assert yaml.safe_load(result.output) == load_recipe(recipe, ["model.num_layers=3",
+    assert yaml.safe_load(result.output) == load_pretrain_recipe(recipe, ["model.num_layers=3",
                                                                  f"general_pipeline.save_path={tmp_path / 'run'}"])
     assert not (tmp_path / "run").exists()

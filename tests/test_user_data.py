@@ -129,7 +129,7 @@ def test_dgl_bin_dataset_graph_and_node_level(tmp_path):
 
 
 def test_recipe_keys_are_validated(tmp_path):
-    from gpse_dgl.train.downstream_schema import validate_downstream_recipe
+    from gpse_dgl.train.downstream.schema import validate_downstream_recipe
 
     with pytest.raises(RecipeError, match="data.path: data.name csv reads"):
         validate_downstream_recipe({"data": {"name": "csv"}})

@@ -175,7 +175,7 @@ def test_freesolv_from_its_csv(tmp_path):
 
 
 def _short(recipe_file: str, *overrides: str) -> dict:
-    from gpse_dgl.train.downstream_schema import load_downstream_recipe
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
 
     return load_downstream_recipe(REPO / "recipes" / "downstream" / recipe_file, [
         "general_pipeline.num_epochs=1", "general_pipeline.save_checkpoints=false", "model.num_layers=2",

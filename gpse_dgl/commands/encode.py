@@ -153,6 +153,7 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
 def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, batch_size,
             seed, samples, sampled, fanouts, directed, precision):
     from ..encode import describe_checkpoint, load_gpse
+    from ..encode.inference import DEFAULT_BATCH_SIZE
     from ..encode.sharded import encode_dataset_sharded
     from .graph_io import check_input_graphs, write_graph_file
 
@@ -167,10 +168,12 @@ def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_col
     say(f"input: {description}: {plural(len(graphs), 'graph')}, {plural(num_nodes, 'node')}")
 
     start = time.perf_counter()
-    sizes = {"sample_batch_size": batch_size} if sampled else {"batch_size": batch_size}
-    encode_dataset_sharded(model, graphs, seed=seed, samples=samples, device=device, undirected=not directed,
-                           sampled=sampled, fanouts=fanouts, store="gpse", progress=not is_quiet(),
-                           precision=precision, **{k: v for k, v in sizes.items() if v is not None})
+    # --batch-size is one of encode_dataset's two sizes: graphs per forward pass, or with --sampled seed nodes
+    # per mini-batch (None: all nodes of the graph at once)
+    graphs_per_pass = batch_size if batch_size is not None and not sampled else DEFAULT_BATCH_SIZE
+    encode_dataset_sharded(model, graphs, batch_size=graphs_per_pass, sample_batch_size=batch_size if sampled else None,
+                           seed=seed, samples=samples, device=device, undirected=not directed, sampled=sampled,
+                           fanouts=fanouts, store="gpse", progress=not is_quiet(), precision=precision)
     elapsed = max(time.perf_counter() - start, 1e-9)
     if not is_main:  # rank 0 holds every encoding and alone checks and writes them
         return

@@ -21,8 +21,9 @@ def _version(module: str) -> str:
 def _rdkit_corpus_size() -> str:
     try:
         from ..data.rdkit_corpus import corpus_summary
+        from ..data.registry import default_root
 
-        return corpus_summary()
+        return corpus_summary(default_root())
     except Exception as exc:  # noqa: BLE001 - report, don't fail
         return f"not available ({type(exc).__name__})"
 

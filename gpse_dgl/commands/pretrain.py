@@ -42,15 +42,15 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
       gpse-dgl pretrain recipes/quickstart.yaml --out runs/try --resume
       gpse-dgl pretrain recipes/quickstart.yaml --set model.num_layers=8 --print-config
     """
-    from ..recipes import load_recipe
+    from ..train.pretraining.schema import load_pretrain_recipe
 
     check_resume_flags(resume, allow_recipe_change)
-    validated = load_recipe(recipe, cli_overrides(overrides, device, out_dir))
+    validated = load_pretrain_recipe(recipe, cli_overrides(overrides, device, out_dir))
     if print_config:
         echo_recipe(validated)
         return
 
-    from ..train.pretrain import format_r2_table, pretrain
+    from ..train.pretraining import format_r2_table, pretrain
 
     progress = not no_progress and not is_quiet()
     summary = pretrain(validated, resume=resume, progress=progress, overwrite=overwrite,
@@ -70,6 +70,6 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
     click.echo("held-out R^2 of the best checkpoint:")
     click.echo(format_r2_table(summary["r2_table"]))
 
-    from ..train.report import report_after_run
+    from ..train.pretraining.report import report_after_run
 
     report_after_run(paths["run"], log=click.echo)

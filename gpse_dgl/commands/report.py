@@ -33,7 +33,7 @@ def command(run_dir, checkpoint, dataset, root, max_graphs, out_dir):
       gpse-dgl report --checkpoint runs/quickstart/best.pt --dataset ogbg-molpcba --root /data/ogb \\
           --max-graphs 20000 --out reports/molpcba
     """
-    from ..train.report import write_checkpoint_report, write_run_report
+    from ..train.pretraining.report import write_checkpoint_report, write_run_report
 
     if checkpoint is None:
         if run_dir is None:

@@ -44,7 +44,7 @@ def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, de
       gpse-dgl train recipes/downstream/ogbg-molhiv.yaml --out runs/molhiv --resume
       gpse-dgl train recipes/downstream/zinc.yaml --print-config   # the recipe with its base merged in
     """
-    from ..train.downstream_schema import load_downstream_recipe
+    from ..train.downstream.schema import load_downstream_recipe
     from ..utils.progress import is_quiet
     from ..utils.text import plural
 

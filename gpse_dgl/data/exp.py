@@ -22,7 +22,7 @@ from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 from ..utils.graph import undirected_graph
 from ._io import DatasetFormatError, find_dir, not_found
 from .dataset import GraphDataset
-from .synthetic import stratified_kfold
+from .splits import stratified_kfold
 
 __all__ = ["load_exp", "read_graphsat_txt", "EXP_URL"]
 

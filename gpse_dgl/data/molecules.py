@@ -43,6 +43,7 @@ __all__ = [
     "read_smiles_file",
     "load_embedded_smiles",
     "load_embedded_molecules",
+    "quiet_rdkit",
 ]
 
 # Tokens of a line of a SMILES file: SMILES never contain whitespace or commas, so both separate columns.
@@ -51,7 +52,7 @@ _CARBON = Chem.Atom(6)  # AddAtom copies it
 
 
 @contextlib.contextmanager
-def _quiet_rdkit():
+def quiet_rdkit():
     """Silence RDKit's parse/sanitisation messages (invalid inputs are reported through return values)."""
     RDLogger.DisableLog("rdApp.*")
     try:
@@ -118,7 +119,7 @@ def skeleton_smiles(smiles: str) -> str | None:
         Canonical SMILES with every atom a carbon and every bond single (``"c1ccccc1"`` -> ``"C1CCCCC1"``);
         None for an invalid or empty SMILES.
     """
-    with _quiet_rdkit():
+    with quiet_rdkit():
         mol = _parse(smiles)
         return None if mol is None else _skeleton(mol)[0]
 
@@ -145,7 +146,7 @@ def smiles_to_skeleton(smiles: str):
 
     Multi-fragment SMILES (``"CC.O"``) give a disconnected graph.
     """
-    with _quiet_rdkit():
+    with quiet_rdkit():
         mol = _parse(smiles)
         return None if mol is None else skeleton_graph_from_mol(mol)
 
@@ -184,7 +185,7 @@ def unique_skeleton_graphs(smiles_iter: Iterable[str], min_nodes: int = 2, progr
     """
     graphs, kept_smiles, seen = [], [], set()
     stats = {"total": 0, "invalid": 0, "too_small": 0, "duplicates": 0, "kept": 0}
-    with _quiet_rdkit():
+    with quiet_rdkit():
         for smi in _progress(smiles_iter, progress, "skeletons"):
             stats["total"] += 1
             mol = _parse(smi)

@@ -50,7 +50,6 @@ import torch
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 from .cache import cached_labels, file_sha256, fingerprint_of, load_graphs_cached, save_graphs_cached
 from .dataset import GraphDataset
-from .registry import default_root
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +136,14 @@ def _smiles_column(rows: list[list[str]]) -> tuple[int | None, int, str]:
     A header cell naming SMILES picks the column; otherwise the first column that parses. Either way
     the column must pass :func:`_is_smiles_column` on a sample (a README mentioning "SMILES" does not).
     """
-    from .molecules import _quiet_rdkit  # rdkit (through .molecules): a heavy import
+    from .molecules import quiet_rdkit  # rdkit (through .molecules): a heavy import
 
     header = [c.lower() for c in rows[0]]
     named = [i for i, c in enumerate(header) if "smiles" in c]
     if not named and any("smarts" in c for c in header):
         return None, 0, "a SMARTS pattern table"
     sample = rows[1:_SAMPLE_ROWS + 1] or rows[:1]
-    with _quiet_rdkit():
+    with quiet_rdkit():
         exact = [i for i in named if header[i] == "smiles"]
         for col in (exact or named)[:1]:
             if _is_smiles_column(sample, col):
@@ -160,10 +159,10 @@ def _record_smiles(path: Path) -> list[str]:
     """SMILES of each record of an SD or MOL file ("" for a record RDKit cannot parse)."""
     from rdkit import Chem  # rdkit: a heavy import, for molecules only
 
-    from .molecules import _quiet_rdkit  # rdkit (through .molecules): a heavy import
+    from .molecules import quiet_rdkit  # rdkit (through .molecules): a heavy import
 
     raw = gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")
-    with raw, _quiet_rdkit():
+    with raw, quiet_rdkit():
         if path.name.lower().removesuffix(".gz").endswith(".mol"):
             mols = [Chem.MolFromMolBlock(raw.read().decode("utf-8", errors="replace"))]
         else:
@@ -303,13 +302,14 @@ def load_rdkit_molecules(root, cache: bool = True, progress: bool = False):
                               "note": "unique molecule skeletons, for pretraining"})
 
 
-def corpus_summary(root=None) -> str:
-    """One line for ``gpse-dgl info``: skeletons, split sizes, files and molecules read.
+def corpus_summary(root) -> str:
+    """One line for ``gpse-dgl info``: skeletons, split sizes, files and molecules read, from the cache
+    under the datasets ``root`` (``gpse_dgl.data.registry.default_root()`` is where loading puts it).
 
     Read from the cache's labels alone (milliseconds); before the first use has scanned the package, the
     line says so instead of scanning (which reads every molecule file of the package).
     """
-    path = Path(default_root() if root is None else root) / DATASET_NAME / "skeletons.bin"
+    path = Path(root) / DATASET_NAME / "skeletons.bin"
     labels = cached_labels(path, _fingerprint(find_molecule_files()))
     if labels is None:
         return ("not scanned yet: its first use (e.g. `gpse-dgl pse --dataset rdkit-molecules`) scans the "

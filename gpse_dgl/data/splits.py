@@ -1,4 +1,5 @@
-"""Train / val / test splits of user data: ``random``, ``scaffold`` or ``column:<name>``.
+"""Train / val / test splits: of user data (``random``, ``scaffold`` or ``column:<name>``), and the
+stratified k-fold cross-validation of CSL and EXP (:func:`stratified_kfold`).
 
 * ``random``: a seeded permutation cut 80 / 10 / 10 (:func:`gpse_dgl.data.dataset.random_split`).
 * ``scaffold``: molecules grouped by their Bemis-Murcko scaffold (RDKit, chirality ignored); groups
@@ -25,7 +26,8 @@ import torch
 from ..utils.errors import GPSEError
 from .dataset import random_split
 
-__all__ = ["SPLIT_NAMES", "FRACTIONS", "parse_split", "make_split", "scaffold_split", "column_split"]
+__all__ = ["SPLIT_NAMES", "FRACTIONS", "parse_split", "make_split", "scaffold_split", "column_split",
+           "stratified_kfold"]
 
 SPLIT_NAMES = ("train", "val", "test")
 FRACTIONS = (0.8, 0.1, 0.1)
@@ -97,3 +99,49 @@ def column_split(values: Sequence, where: str) -> dict[str, torch.Tensor]:
         codes.append(_CODES[text])
     codes = np.asarray(codes, dtype=np.int64)
     return {name: torch.from_numpy(np.flatnonzero(codes == k)).long() for k, name in enumerate(SPLIT_NAMES)}
+
+
+def stratified_kfold(labels, k: int = 5, seed: int = 0, val: bool = True) -> list[dict[str, torch.Tensor]]:
+    """Stratified k-fold cross-validation splits (numpy only, seeded).
+
+    Each class's items are shuffled and dealt round-robin to the k folds, continuing where the previous
+    class stopped so fold sizes differ by at most one. Fold ``i`` is the test set of split ``i``; with
+    ``val=True`` fold ``(i + 1) % k`` is its validation set (the benchmarking-gnns CSL protocol), and the
+    remaining folds are training data.
+
+    Parameters
+    ----------
+    labels : array-like of int, shape (n,)
+        Class of each item.
+    k : int
+        Number of folds (>= 2, or >= 3 with ``val``).
+    seed : int
+        Shuffling seed.
+    val : bool
+        Whether to hold out a validation fold.
+
+    Returns
+    -------
+    list of dict
+        ``k`` dicts with sorted LongTensors ``"train"``, ``"test"`` (and ``"val"``), together a partition
+        of ``range(n)``.
+    """
+    y = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels).reshape(-1)
+    if k < (3 if val else 2):
+        raise ValueError(f"k={k} folds is too few")
+    rng = np.random.default_rng(seed)
+    fold_of = np.empty(len(y), dtype=np.int64)
+    start = 0
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        fold_of[idx] = (start + np.arange(len(idx))) % k
+        start = (start + len(idx)) % k
+    folds = []
+    for i in range(k):
+        test = fold_of == i
+        valid = (fold_of == (i + 1) % k) if val else np.zeros_like(test)
+        parts = {"train": ~(test | valid), "test": test}
+        if val:
+            parts["val"] = valid
+        folds.append({name: torch.from_numpy(np.flatnonzero(m)).long() for name, m in parts.items()})
+    return folds

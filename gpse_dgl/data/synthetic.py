@@ -6,7 +6,6 @@
 * generators for scaling and large-graph demos: :func:`erdos_renyi_graphs`, :func:`random_regular_graphs`,
   :func:`knn_graphs`, :func:`chain_graphs`, :func:`cycle_graphs`, :func:`random_graph` (arXiv-sized graphs
   in about a second) and :func:`synthetic_node_dataset`.
-* :func:`stratified_kfold`: the stratified k-fold CV splits used for CSL and EXP (numpy only).
 
 All graphs are DGLGraphs with int64 ids and, unless said otherwise, both directions of every undirected
 edge (``u -> v`` and ``v -> u``), no self-loops and no multi-edges.
@@ -23,9 +22,10 @@ import dgl
 
 from ..utils.graph import simple_edges, undirected_graph
 from .dataset import GraphDataset, random_split
+from .splits import stratified_kfold
 
 __all__ = [
-    "CSL_SKIPS", "CSL_NUM_NODES", "csl_graph", "csl_dataset", "stratified_kfold", "WL_PAIRS", "wl_pair_graphs",
+    "CSL_SKIPS", "CSL_NUM_NODES", "csl_graph", "csl_dataset", "WL_PAIRS", "wl_pair_graphs",
     "wl_pairs_dataset", "undirected_graph", "erdos_renyi_graphs", "random_regular_graphs", "connected_regular_edges",
     "knn_graphs",
     "chain_graphs", "cycle_graphs", "random_graph", "synthetic_node_dataset", "ARXIV_SIZE", "PROTEINS_SIZE",
@@ -99,52 +99,6 @@ def csl_dataset(seed: int = 0, graphs_per_class: int = 15, num_nodes: int = CSL_
         graphs=graphs, labels=labels, splits={}, name="csl", task="graph", task_type="multiclass",
         metric="accuracy", num_tasks=1, num_classes=len(skips), folds=stratified_kfold(labels, k=k, seed=seed),
         info={"skip_lengths": list(skips), "seed": seed, "evaluation": f"stratified {k}-fold CV"})
-
-
-def stratified_kfold(labels, k: int = 5, seed: int = 0, val: bool = True) -> list[dict[str, torch.Tensor]]:
-    """Stratified k-fold cross-validation splits (numpy only, seeded).
-
-    Each class's items are shuffled and dealt round-robin to the k folds, continuing where the previous
-    class stopped so fold sizes differ by at most one. Fold ``i`` is the test set of split ``i``; with
-    ``val=True`` fold ``(i + 1) % k`` is its validation set (the benchmarking-gnns CSL protocol), and the
-    remaining folds are training data.
-
-    Parameters
-    ----------
-    labels : array-like of int, shape (n,)
-        Class of each item.
-    k : int
-        Number of folds (>= 2, or >= 3 with ``val``).
-    seed : int
-        Shuffling seed.
-    val : bool
-        Whether to hold out a validation fold.
-
-    Returns
-    -------
-    list of dict
-        ``k`` dicts with sorted LongTensors ``"train"``, ``"test"`` (and ``"val"``), together a partition
-        of ``range(n)``.
-    """
-    y = np.asarray(labels.cpu() if isinstance(labels, torch.Tensor) else labels).reshape(-1)
-    if k < (3 if val else 2):
-        raise ValueError(f"k={k} folds is too few")
-    rng = np.random.default_rng(seed)
-    fold_of = np.empty(len(y), dtype=np.int64)
-    start = 0
-    for c in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        fold_of[idx] = (start + np.arange(len(idx))) % k
-        start = (start + len(idx)) % k
-    folds = []
-    for i in range(k):
-        test = fold_of == i
-        valid = (fold_of == (i + 1) % k) if val else np.zeros_like(test)
-        parts = {"train": ~(test | valid), "test": test}
-        if val:
-            parts["val"] = valid
-        folds.append({name: torch.from_numpy(np.flatnonzero(m)).long() for name, m in parts.items()})
-    return folds
 
 
 # ---------------------------------------------------------------------------------------------------------

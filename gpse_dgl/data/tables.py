@@ -148,11 +148,11 @@ def _read_csv(path: str, smiles_column: str | None) -> MoleculeTable:
 def _read_sdf(path: str) -> MoleculeTable:
     from rdkit import Chem  # rdkit: a heavy import, for molecules only
 
-    from .molecules import _quiet_rdkit  # rdkit (through .molecules): a heavy import
+    from .molecules import quiet_rdkit  # rdkit (through .molecules): a heavy import
 
     opener = gzip.open if path.lower().endswith(".gz") else open
     smiles, properties = [], []
-    with _quiet_rdkit(), opener(path, "rb") as fh:
+    with quiet_rdkit(), opener(path, "rb") as fh:
         for mol in Chem.ForwardSDMolSupplier(fh):
             smiles.append(None if mol is None else Chem.MolToSmiles(mol))
             properties.append({} if mol is None else mol.GetPropsAsDict())

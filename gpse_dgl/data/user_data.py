@@ -149,7 +149,7 @@ def load_csv_dataset(root=None, path=None, smiles_column: str | None = None,
                      target_columns: Sequence[str] | None = None, task: str = "auto", split: str = "random",
                      split_seed: int = 0) -> GraphDataset:
     """``data.name: csv``: molecules of a table file with targets from its columns (module docstring)."""
-    from .molecules import _quiet_rdkit  # rdkit (through .molecules): a heavy import
+    from .molecules import quiet_rdkit  # rdkit (through .molecules): a heavy import
 
     table = read_molecule_table(_require_file(path, "molecule table"), smiles_column)
     kind, split_column = parse_split(split)
@@ -162,7 +162,7 @@ def load_csv_dataset(root=None, path=None, smiles_column: str | None = None,
             raise DatasetFormatError(f"{table.path}: no numeric column to use as target (columns: "
                                      f"{', '.join(table.columns) or 'none'}); set data.target_columns")
     graphs, kept = [], []
-    with _quiet_rdkit():
+    with quiet_rdkit():
         for index, text in enumerate(table.smiles):
             graph = ogb_smiles_graph(text) if text else None
             if graph is not None:

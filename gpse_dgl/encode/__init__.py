@@ -6,8 +6,8 @@ Modules:
 * :mod:`.inference` - :func:`encode` (one batched graph), :func:`encode_dataset` (many graphs, batched,
   with a progress bar), :func:`encode_large` (exact, bounded memory), :func:`encode_sampled`
   (neighbour-sampled approximation).
-* :mod:`.transform` - :class:`AddGPSE` (a DGL transform ``g -> g``) and :func:`precompute_gpse` (a whole
-  dataset in batches, optionally cached).
+* :mod:`.transform` - :class:`AddGPSE` (a DGL transform ``g -> g``); :mod:`.precompute` -
+  :func:`precompute_gpse` (a whole dataset in batches, written into its graphs, optionally cached).
 * :mod:`.large_graph` - layer-wise and sampled inference (their own loops over node chunks and sampled
   blocks, running the encoder's stages); :mod:`.graphs` - simple undirected views and per-draw seeds.
 
@@ -23,7 +23,8 @@ torch.Size([3, 16])
 from .inference import encode, encode_dataset, encode_large, encode_sampled
 from .large_graph import DEFAULT_FANOUTS
 from .loading import CheckpointInfo, default_checkpoint_path, describe_checkpoint, load_gpse
-from .transform import AddGPSE, precompute_gpse
+from .precompute import precompute_gpse
+from .transform import AddGPSE
 
 __all__ = ["load_gpse", "default_checkpoint_path", "describe_checkpoint", "CheckpointInfo", "encode",
            "encode_dataset", "encode_large", "encode_sampled", "DEFAULT_FANOUTS", "AddGPSE", "precompute_gpse"]

@@ -52,32 +52,36 @@ from ..utils.progress import progress as progress_bar
 from .graphs import as_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
 
-__all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "MAX_FORWARD_BYTES"]
+__all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "bare_encoder", "model_device",
+           "MAX_FORWARD_BYTES", "DEFAULT_BATCH_SIZE"]
 
 # Above this estimated activation size a batch is encoded layer by layer (see forward_bytes).
 MAX_FORWARD_BYTES = 1 << 30
+#: Graphs per forward pass of :func:`encode_dataset` unless told otherwise (it does not change the result).
+DEFAULT_BATCH_SIZE = 256
 
 
-def _encoder(model):
+def bare_encoder(model):
     """The bare encoder of a ``GPSE`` or ``GPSEForPretraining``."""
     return getattr(model, "encoder", model)
 
 
-def _model_device(model) -> torch.device:
-    return _encoder(model).pre_linear.weight.device
+def model_device(model) -> torch.device:
+    """Where the model's weights are (what the encoding runs on unless a device is given)."""
+    return bare_encoder(model).pre_linear.weight.device
 
 
 @contextlib.contextmanager
 def _inference(model, device, precision: str = "fp32"):
     """Eval mode, no autograd and ``precision``'s autocast for the duration; the model's train/eval
     flag is restored after."""
-    encoder = _encoder(model)
+    encoder = bare_encoder(model)
     if device is not None:
         encoder.to(device)
     was_training = encoder.training
     encoder.eval()
     try:
-        with torch.no_grad(), autocast(precision, device if device is not None else _model_device(model)):
+        with torch.no_grad(), autocast(precision, device if device is not None else model_device(model)):
             yield encoder
     finally:
         encoder.train(was_training)
@@ -120,7 +124,7 @@ def _draws(encoder, g, x, seed, samples, device):
 def _large_graph_inference(model, g, x, seed, samples, device, undirected, precision):
     """Shared setup of :func:`encode_large` and :func:`encode_sampled`: yields ``(the encoder on the
     device, the prepared graph, the input-feature draws)`` with the model in inference mode."""
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = torch.device(device) if device is not None else model_device(model)
     resolve_precision(precision, device)
     with _inference(model, device, precision) as encoder:
         if x is not None:
@@ -189,7 +193,7 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = torch.device(device) if device is not None else model_device(model)
     resolve_precision(precision, device)
     with _inference(model, device, precision) as encoder:
         if x is not None:
@@ -289,8 +293,8 @@ def _batches(graphs: list, batch_size: int, device, dim: int, max_forward_bytes:
         yield group
 
 
-def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256, seed: int | None = 0,
-                   samples: int = 1, progress: bool = True, device=None, undirected: bool = True,
+def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = DEFAULT_BATCH_SIZE,
+                   seed: int | None = 0, samples: int = 1, progress: bool = True, device=None, undirected: bool = True,
                    store: str | None = None, sampled: bool = False, fanouts: Sequence[int] | None = None,
                    sample_batch_size: int | None = None, max_forward_bytes: int = MAX_FORWARD_BYTES,
                    chunk_edges: int = DEFAULT_CHUNK_EDGES, precision: str = "fp32") -> list:
@@ -338,9 +342,9 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = 256,
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     graphs = list(graphs)
-    device = torch.device(device) if device is not None else _model_device(model)
+    device = torch.device(device) if device is not None else model_device(model)
     resolve_precision(precision, device, warn=False)  # fail before any work; encode() warns
-    dim = _encoder(model).dim_hidden
+    dim = bare_encoder(model).dim_hidden
     out: list = [None] * len(graphs)
     bar = _bar(len(graphs), progress)
     try:

@@ -45,7 +45,7 @@ from ..utils.errors import CheckpointError
 from .models import DEFAULT_MODEL, get_model, model_path, resolve_checkpoint
 
 __all__ = ["CheckpointInfo", "default_checkpoint_path", "checkpoint_format",
-           "load_gpse", "describe_checkpoint"]
+           "load_gpse", "resolve_model", "describe_checkpoint"]
 
 logger = logging.getLogger("gpse_dgl.encode")
 
@@ -229,6 +229,14 @@ def load_gpse(path: str | os.PathLike | None = None, device="cpu", backend: str 
     else:
         logger.info(message)
     return model
+
+
+def resolve_model(model, device=None):
+    """A GPSE module from a module (moved to ``device`` when given), a checkpoint path or a registered name,
+    or None (the shipped default model)."""
+    if isinstance(model, torch.nn.Module):
+        return model if device is None else model.to(device)
+    return load_gpse(model, device=device or "cpu")
 
 
 def describe_checkpoint(model) -> str:

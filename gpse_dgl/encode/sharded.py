@@ -35,7 +35,9 @@ import torch
 import torch.distributed as dist
 
 from ..utils.distributed import DistributedError, current
-from .inference import MAX_FORWARD_BYTES, _encoder, _model_device, encode_dataset, encode_large, forward_bytes
+from .inference import (DEFAULT_BATCH_SIZE, MAX_FORWARD_BYTES, bare_encoder, encode_dataset, encode_large,
+                        forward_bytes, model_device)
+from .large_graph import DEFAULT_CHUNK_EDGES
 
 __all__ = ["encode_dataset_sharded", "balanced_ranges"]
 
@@ -50,33 +52,40 @@ def balanced_ranges(sizes: Sequence[int], world_size: int) -> list[tuple[int, in
     return [(int(bounds[r]), int(bounds[r + 1])) for r in range(world_size)]
 
 
-def encode_dataset_sharded(model, graphs: Sequence, store: str | None = None, progress: bool = True,
-                           **options) -> list | None:
+def encode_dataset_sharded(model, graphs: Sequence, batch_size: int = DEFAULT_BATCH_SIZE, seed: int | None = 0,
+                           samples: int = 1, progress: bool = True, device=None, undirected: bool = True,
+                           store: str | None = None, sampled: bool = False, fanouts: Sequence[int] | None = None,
+                           sample_batch_size: int | None = None, max_forward_bytes: int = MAX_FORWARD_BYTES,
+                           chunk_edges: int = DEFAULT_CHUNK_EDGES, precision: str = "fp32") -> list | None:
     """:func:`~gpse_dgl.encode.inference.encode_dataset` with the work shared among torchrun's ranks.
 
-    Every rank passes the same ``graphs`` and ``options`` (those of ``encode_dataset``). Returns the
+    Every rank passes the same ``graphs`` and options (those of ``encode_dataset``). Returns the
     encodings of all graphs on rank 0 (also stored in ``graphs[i].ndata[store]`` there) and ``None`` on
     the other ranks.
     """
     ctx = current()
     graphs = list(graphs)
+    # what a graph's encoding depends on (the same on every rank), and how the work is cut up
+    per_graph = {"seed": seed, "samples": samples, "device": device, "undirected": undirected,
+                 "chunk_edges": chunk_edges, "precision": precision}
+    batching = {"batch_size": batch_size, "sampled": sampled, "fanouts": fanouts,
+                "sample_batch_size": sample_batch_size, "max_forward_bytes": max_forward_bytes}
     if not ctx.is_distributed:
-        return encode_dataset(model, graphs, store=store, progress=progress, **options)
+        return encode_dataset(model, graphs, store=store, progress=progress, **per_graph, **batching)
     progress = progress and ctx.is_main
-    if len(graphs) == 1 and options.get("sampled"):
+    if len(graphs) == 1 and sampled:
         raise DistributedError("encode --sampled on one graph is not sharded among torchrun's processes; "
                                "run it as one process (exact inference is sharded)")
-    if len(graphs) == 1 and _layer_by_layer(model, graphs[0], options):
-        out = [encode_large(model, graphs[0], shard=True, progress=progress,
-                            **{k: v for k, v in options.items()
-                               if k in ("seed", "samples", "device", "undirected", "chunk_edges", "precision")})]
+    if len(graphs) == 1 and _layer_by_layer(model, graphs[0], device, max_forward_bytes):
+        out = [encode_large(model, graphs[0], shard=True, progress=progress, **per_graph)]
     elif len(graphs) == 1:
-        out = encode_dataset(model, graphs, progress=progress, **options) if ctx.is_main else None
+        out = encode_dataset(model, graphs, progress=progress, **per_graph, **batching) if ctx.is_main else None
     else:
         ranges = balanced_ranges([g.num_nodes() for g in graphs], ctx.world_size)
         start, stop = ranges[ctx.rank]
-        mine = encode_dataset(model, graphs[start:stop], progress=progress, **options) if stop > start else []
-        out = _gather_on_main(mine, graphs, ranges, _encoder(model).dim_hidden, ctx)
+        mine = (encode_dataset(model, graphs[start:stop], progress=progress, **per_graph, **batching)
+                if stop > start else [])
+        out = _gather_on_main(mine, graphs, ranges, bare_encoder(model).dim_hidden, ctx)
     if not ctx.is_main:
         return None
     if store:
@@ -85,11 +94,9 @@ def encode_dataset_sharded(model, graphs: Sequence, store: str | None = None, pr
     return out
 
 
-def _layer_by_layer(model, graph, options: dict) -> bool:
+def _layer_by_layer(model, graph, device, max_forward_bytes: int) -> bool:
     """Whether ``encode_dataset`` encodes this one graph layer by layer (too large for a plain forward)."""
-    device = options.get("device") or _model_device(model)
-    return forward_bytes(graph, _encoder(model).dim_hidden, device) > options.get("max_forward_bytes",
-                                                                                MAX_FORWARD_BYTES)
+    return forward_bytes(graph, bare_encoder(model).dim_hidden, device or model_device(model)) > max_forward_bytes
 
 
 def _gather_on_main(mine: list, graphs: list, ranges: list, dim: int, ctx) -> list | None:

@@ -174,7 +174,7 @@ class GramSplit:
         coll, n, part = self.collection, self.n, self._part
         gids = self.gids[self.rows]
         p_max = int(self.p.max())
-        batch, lu, lv, u, v = coll._local_edges(gids)
+        batch, lu, lv, u, v = coll.local_edges(gids)
         on_u = part.gram_side[u]  # each edge has exactly one end on the Gram side
         slot = np.where(on_u, part.slot[u], part.slot[v])
         # rows of B, written as rows of S over all n columns: (B, p_max, n), zero padding rows

@@ -51,11 +51,10 @@ from __future__ import annotations
 
 from typing import Iterable, Optional
 
-import dgl
 import torch
 
-from .. import _env  # noqa: F401
 from .. import _private
+from ..utils.graph import graph_list
 from .chunks import DEFAULT_SPARSE_LIMIT
 from .pipeline import Job, PSEResult, concat_results
 from .spectral import EdgeCollection
@@ -68,16 +67,6 @@ DEFAULT_DENSE_LIMIT = 5000
 #: Memory budget of one dense chunk (all float64 n x n matrices alive at once). Small enough that the
 #: elementwise passes over a chunk stay mostly in cache.
 DEFAULT_CHUNK_BYTES = 32 * 2**20
-
-
-def _as_graph_list(graphs) -> tuple[list, bool]:
-    if isinstance(graphs, dgl.DGLGraph):
-        return [graphs], True
-    graphs = list(graphs)
-    for g in graphs:
-        if not isinstance(g, dgl.DGLGraph):
-            raise TypeError(f"expected DGLGraph objects, got {type(g).__name__}")
-    return graphs, False
 
 
 def compute_pse_tensors(
@@ -105,7 +94,7 @@ def compute_pse_tensors(
     """
     job = Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers,
               sparse_limit)
-    parts = [collection] if collection is not None else job.parts(_as_graph_list(graphs)[0])
+    parts = [collection] if collection is not None else job.parts(graph_list(graphs)[0])
     return concat_results(job.run(parts))
 
 
@@ -189,7 +178,7 @@ def compute_pses(
         float32 ``(G, dim)`` per requested graph-level PSE (``G`` graphs in input order, batched graphs
         expanded into their members). Save them with ``dgl.save_graphs(path, graphs, graph_level)``.
     """
-    glist, single = _as_graph_list(graphs)
+    glist, single = graph_list(graphs)
     job = Job(names, normalize, progress, dense_limit, max_cycle_paths, chunk_bytes, device, num_workers,
               sparse_limit)
 

@@ -164,7 +164,7 @@ class EdgeCollection:
         graph = sp.csr_matrix((np.ones(self.u.shape[0], dtype=np.int8), (self.u, self.v)), shape=(total, total))
         return connected_components(graph, directed=False)[1].astype(np.int64)
 
-    def _local_edges(self, gids: np.ndarray):
+    def local_edges(self, gids: np.ndarray):
         """``(batch, local u, local v, global u, global v)`` of the edges of graphs ``gids``.
 
         Gathered by vectorised range concatenation, no per-graph Python loop.
@@ -182,7 +182,7 @@ class EdgeCollection:
     def dense_adjacency(self, gids: np.ndarray, n: int, device=None) -> torch.Tensor:
         """float64 ``(B, n, n)`` symmetric 0/1 adjacency stack of graphs ``gids`` (all with ``n`` nodes),
         built with one scatter."""
-        batch, lu, lv, _, _ = self._local_edges(np.asarray(gids, dtype=np.int64))
+        batch, lu, lv, _, _ = self.local_edges(np.asarray(gids, dtype=np.int64))
         adj = torch.zeros(len(gids), n, n, dtype=torch.float64)  # torch's allocator: see dense_sym_laplacian
         view = adj.numpy()
         view[batch, lu, lv] = 1.0
@@ -196,7 +196,7 @@ class EdgeCollection:
         ``sizes`` (``(B,)``, each ``<= n``): graphs with fewer nodes are padded with nodes that have
         :data:`PAD_DIAGONAL` on the diagonal and nothing else: an eigenvalue above the spectrum (which
         lies in [0, 2]) whose eigenvectors live on the padding alone."""
-        batch, lu, lv, u, v = self._local_edges(np.asarray(gids, dtype=np.int64))
+        batch, lu, lv, u, v = self.local_edges(np.asarray(gids, dtype=np.int64))
         weight = -1.0 / np.sqrt(self.degree[u] * self.degree[v])
         # filled through a numpy view of a torch buffer, not np.zeros: torch aligns every buffer to 64
         # bytes, so LAPACK sees the same memory layout whatever the batch (see pse.laplacian)

@@ -19,7 +19,8 @@ from typing import Optional, Sequence
 
 import torch
 
-from .compute import DEFAULT_DENSE_LIMIT, _as_graph_list, compute_pse_tensors, write_ndata
+from ..utils.graph import graph_list
+from .compute import DEFAULT_DENSE_LIMIT, compute_pse_tensors, write_ndata
 from .registry import GRAPH_TARGETS, NODE_TARGETS, PSE_REGISTRY
 
 __all__ = ["pretraining_targets", "target_columns", "target_dims", "NODE_TARGET_KEY"]
@@ -93,7 +94,7 @@ def pretraining_targets(
     """
     node_names = _check_level(node_names, "node")
     graph_names = _check_level(graph_names, "graph")
-    glist, _ = _as_graph_list(graphs)
+    glist, _ = graph_list(graphs)
     result = compute_pse_tensors(glist, node_names + graph_names, normalize=True, progress=progress,
                                  dense_limit=dense_limit, max_cycle_paths=max_cycle_paths, device=device)
     num_graphs, total = result.num_nodes.shape[0], int(result.num_nodes.sum())

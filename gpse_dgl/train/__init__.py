@@ -1,14 +1,20 @@
-"""Training loops, metrics and checkpoints.
+"""Two training pipelines side by side, and the run machinery they share.
 
-* :func:`gpse_dgl.train.pretrain.pretrain` - GPSE pretraining from a recipe (``gpse-dgl pretrain``).
-* :mod:`gpse_dgl.train.data` - pretraining data: unique skeletons, fixed split, cached targets.
-* :func:`gpse_dgl.train.downstream.train_downstream` - downstream benchmarks from a recipe (``gpse-dgl train``;
-  a package: data, models, runs, loop, evaluation, checkpoints, job).
-* :mod:`gpse_dgl.train.schedule` - the learning-rate schedule both loops use.
-* :mod:`gpse_dgl.train.metrics` - R^2 per target column, per PSE and overall (the paper's metric).
-* :mod:`gpse_dgl.train.checkpoint` - atomic, weights-only-loadable checkpoints (:mod:`gpse_dgl.utils.checkpoint`,
-  which :mod:`gpse_dgl.encode` reads too).
+* :mod:`gpse_dgl.train.pretraining` - GPSE pretraining from a recipe (``gpse-dgl pretrain``): its schema,
+  data, model, loop, checkpoints, evaluation and report.
+* :mod:`gpse_dgl.train.downstream` - downstream benchmarks from a recipe (``gpse-dgl train``): its schema,
+  features, data, models, runs, loop, evaluation, checkpoints and job.
 
-Submodules are imported on demand (``from gpse_dgl.train.pretrain import pretrain``), so importing
+The two pipelines do not import each other (``tests/test_layering.py``); what both use is here:
+
+* :mod:`.schedule` - the learning-rate schedule (:class:`~gpse_dgl.train.schedule.LRSchedule`).
+* :mod:`.runtime` - devices, seeds, thread counts, progress output and JSON files.
+* :mod:`.rundir` - the run directory: preflight, lock, ``--overwrite`` and ``--resume`` checks.
+* :mod:`.metrics` - R^2 per target column, per PSE and overall (the paper's metric), downstream scores.
+* :mod:`.mixed_precision` - a loop's autocast and optimiser step in fp32 / bf16 / fp16.
+* :mod:`.distributed` - data parallelism under torchrun (batch shares, DDP, the global-batch loss).
+* :mod:`.checkpoint` - :mod:`gpse_dgl.utils.checkpoint` under the name the loops' users know.
+
+Submodules are imported on demand (``from gpse_dgl.train.pretraining import pretrain``), so importing
 this package stays cheap.
 """

@@ -79,8 +79,8 @@ def global_batches(order: torch.Tensor, batch_size: int, ctx: Context):
 
 def sharded_batches(collection, batch_size: int, generator: torch.Generator, ctx: Context):
     """``(graph, node targets, graph targets, share)`` of this rank for every global batch of a
-    :class:`~gpse_dgl.train.data.GraphCollection`, in the order ``collection.batches(batch_size,
-    generator, shuffle=True)`` draws (the same batches in one process)."""
+    :class:`~gpse_dgl.train.pretraining.graph_collection.GraphCollection`, in the order
+    ``collection.batches(batch_size, generator, shuffle=True)`` draws (the same batches in one process)."""
     order = torch.randperm(len(collection), generator=generator)
     for members in global_batches(order, batch_size, ctx):
         share = BatchShare.of(collection.num_nodes[members], ctx)

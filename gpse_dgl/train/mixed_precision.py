@@ -27,7 +27,12 @@ import torch
 
 from ..utils.precision import autocast, grad_scaler, resolve_precision, select_precision
 
-__all__ = ["MixedPrecision"]
+__all__ = ["MixedPrecision", "PRECISION_HELP"]
+
+#: What ``general_pipeline.precision`` means: the help text of that key in both training schemas.
+PRECISION_HELP = ("fp32, or mixed bf16 (native on CPUs with avx512_bf16/AMX and on recent GPUs) / fp16 "
+                  "(CUDA only): dense products in that precision, sums, norms, losses, optimiser state "
+                  "and checkpoints in fp32; auto = bf16 where the device runs it natively, else fp32")
 
 
 class MixedPrecision:

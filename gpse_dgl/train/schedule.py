@@ -103,6 +103,13 @@ class LRSchedule:
         else:
             raise ValueError(f"unknown learning-rate schedule {self.name!r}")
 
+    @classmethod
+    def from_recipe(cls, optimizer: torch.optim.Optimizer, general: Mapping, steps_per_epoch: int = 1,
+                    higher_is_better: bool = True) -> "LRSchedule":
+        """The schedule a recipe's ``general_pipeline`` section describes (``lr_scheduler`` over
+        ``num_epochs``); both training loops build theirs here."""
+        return cls(optimizer, general["lr_scheduler"], general["num_epochs"], steps_per_epoch, higher_is_better)
+
     @property
     def lr(self) -> float:
         """The rate the next optimiser step uses (first parameter group)."""

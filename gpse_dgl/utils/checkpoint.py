@@ -11,7 +11,7 @@ never a torn file. Loading refuses checkpoints holding NaN or Inf in any floatin
 Both :mod:`gpse_dgl.encode` (loading encoders) and :mod:`gpse_dgl.train` (writing and resuming runs) use
 this module, which depends on nothing but torch and :mod:`gpse_dgl.utils`.
 
-Pretraining checkpoints (``train.pretrain``) hold::
+Pretraining checkpoints (``train.pretraining``) hold::
 
     format, format_version          "gpse-dgl-pretrain", 1
     model_state                     GPSEForPretraining.state_dict()

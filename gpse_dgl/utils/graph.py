@@ -8,7 +8,8 @@ other helpers build on it:
 * :func:`undirected_graph` - a new bidirected simple DGLGraph from an edge list (datasets, skeleton edits);
 * :func:`as_simple_undirected` / :func:`is_simple_undirected` - a DGLGraph (or batch) as the simple
   undirected graph GPSE encodes, unchanged when it already is one;
-* :func:`symmetric_csr` - the scipy adjacency of simple edges.
+* :func:`symmetric_csr` - the scipy adjacency of simple edges;
+* :func:`graph_list` - one DGLGraph or many as a list (what the functions taking either accept).
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from .. import _env  # noqa: F401
 import dgl
 
 __all__ = ["simple_edges", "graph_simple_edges", "undirected_graph", "is_simple_undirected",
-           "as_simple_undirected", "symmetric_csr"]
+           "as_simple_undirected", "symmetric_csr", "graph_list"]
 
 
 def simple_edges(src, dst, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -142,3 +143,19 @@ def symmetric_csr(num_nodes: int, u: np.ndarray, v: np.ndarray):
     col = np.concatenate([v, u])
     data = np.ones(row.shape[0], dtype=np.float64)
     return sp.csr_matrix((data, (row, col)), shape=(num_nodes, num_nodes))
+
+
+def graph_list(graphs) -> tuple[list, bool]:
+    """``(list of DGLGraphs, whether one graph was given)`` from one DGLGraph or an iterable of them.
+
+    >>> import dgl
+    >>> graph_list(dgl.graph(([0], [1])))[1], len(graph_list([dgl.graph(([0], [1]))] * 2)[0])
+    (True, 2)
+    """
+    if isinstance(graphs, dgl.DGLGraph):
+        return [graphs], True
+    graphs = list(graphs)
+    for g in graphs:
+        if not isinstance(g, dgl.DGLGraph):
+            raise TypeError(f"expected DGLGraph objects, got {type(g).__name__}")
+    return graphs, False

@@ -1,5 +1,12 @@
-"""Skeleton shared by all downstream models: input encoders -> pre-MP -> layer stack -> head."""
+"""Skeleton shared by all downstream models: input encoders -> pre-MP -> layer stack -> head.
+
+:class:`GraphModel` is the skeleton; :class:`ConvStack` is a GraphModel whose layers are ``num_layers``
+:class:`ConvBlock` s around one message-passing convolution each (GCN, GraphSAGE, GIN, GINE, GATv2 differ
+only in that convolution).
+"""
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -146,6 +153,33 @@ class GraphModel(nn.Module):
                 raise ValueError(f"{type(self).__name__} was built with an edge encoder: pass edge_feat")
             edge_feat = graph.num_edges()
         return self.edge_encoder(edge_feat)
+
+
+class ConvStack(GraphModel):
+    """A :class:`GraphModel` whose ``num_layers`` layers are :class:`ConvBlock` s (``conv -> BN -> dropout
+    -> ReLU`` + residual, GraphGym style) around the convolution ``conv(dim_hidden)`` builds.
+
+    Subclasses pass ``conv`` (a new module per call; it may read ``self.backend``) and, when the
+    convolution reads edge features, ``uses_edge_features=True``.
+
+    Parameters
+    ----------
+    conv : callable
+        ``conv(dim_hidden) -> nn.Module`` mapping ``dim_hidden`` node features to ``dim_hidden``.
+    batchnorm, residual : bool
+        ``BatchNorm1d`` after each convolution; residual connection around each block.
+    uses_edge_features : bool
+        Encode edge features once and pass them to every convolution.
+    **kwargs
+        Those of :class:`GraphModel`.
+    """
+
+    def __init__(self, dim_in, dim_out, *, conv: Callable[[int], nn.Module], batchnorm: bool = True,
+                 residual: bool = True, uses_edge_features: bool = False, **kwargs):
+        super().__init__(dim_in, dim_out, uses_edge_features=uses_edge_features, **kwargs)
+        d = self.dim_hidden
+        self.layers = nn.ModuleList(ConvBlock(conv(d), d, self.dropout, batchnorm, residual, uses_edge_features)
+                                    for _ in range(self.num_layers))
 
 
 class ConvBlock(nn.Module):

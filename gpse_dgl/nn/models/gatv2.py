@@ -1,15 +1,13 @@
 """GATv2 downstream model (Brody et al. 2022; ogbn-proteins in the GPSE paper: 3 layers x 256)."""
 from __future__ import annotations
 
-from torch import nn
-
-from .base import ConvBlock, GraphModel
+from .base import ConvStack
 from .gatv2_layer import GATv2Conv
 from .registry import register_model
 
 
 @register_model("gatv2")
-class GATv2(GraphModel):
+class GATv2(ConvStack):
     """Stack of :class:`GATv2Conv` blocks (``conv -> BN -> dropout -> ReLU`` + residual), GraphGym style.
 
     Parameters
@@ -40,15 +38,11 @@ class GATv2(GraphModel):
     """
 
     def __init__(self, dim_in, dim_out, *, num_heads: int = 1, attn_dropout: float = 0.0,
-                 concat_heads: bool = False, add_self_loops: bool = True, batchnorm: bool = True,
-                 residual: bool = True, **kwargs):
-        super().__init__(dim_in, dim_out, **kwargs)
-        d = self.dim_hidden
-        if concat_heads and d % num_heads:
-            raise ValueError(f"dim_hidden ({d}) must be divisible by num_heads ({num_heads}) to concatenate heads")
-        head_dim = d // num_heads if concat_heads else d
-        self.layers = nn.ModuleList(
-            ConvBlock(GATv2Conv(d, head_dim, num_heads=num_heads, attn_drop=attn_dropout,
-                                add_self_loops=add_self_loops, concat_heads=concat_heads, backend=self.backend),
-                      d, self.dropout, batchnorm, residual)
-            for _ in range(self.num_layers))
+                 concat_heads: bool = False, add_self_loops: bool = True, **kwargs):
+        def conv(d: int) -> GATv2Conv:
+            if concat_heads and d % num_heads:
+                raise ValueError(f"dim_hidden ({d}) must be divisible by num_heads ({num_heads}) to concatenate heads")
+            return GATv2Conv(d, d // num_heads if concat_heads else d, num_heads=num_heads, attn_drop=attn_dropout,
+                             add_self_loops=add_self_loops, concat_heads=concat_heads, backend=self.backend)
+
+        super().__init__(dim_in, dim_out, conv=conv, **kwargs)

@@ -1,15 +1,13 @@
 """GCN downstream model (Kipf & Welling 2017)."""
 from __future__ import annotations
 
-from torch import nn
-
-from .base import ConvBlock, GraphModel
+from .base import ConvStack
 from .gcn_layer import GCNConv
 from .registry import register_model
 
 
 @register_model("gcn")
-class GCN(GraphModel):
+class GCN(ConvStack):
     """Stack of :class:`GCNConv` blocks (``conv -> BN -> dropout -> ReLU`` + residual), GraphGym style.
 
     Parameters
@@ -30,9 +28,5 @@ class GCN(GraphModel):
     torch.Size([3, 2])
     """
 
-    def __init__(self, dim_in, dim_out, *, batchnorm: bool = True, residual: bool = True, **kwargs):
-        super().__init__(dim_in, dim_out, **kwargs)
-        d = self.dim_hidden
-        self.layers = nn.ModuleList(
-            ConvBlock(GCNConv(d, d, backend=self.backend), d, self.dropout, batchnorm, residual)
-            for _ in range(self.num_layers))
+    def __init__(self, dim_in, dim_out, **kwargs):
+        super().__init__(dim_in, dim_out, conv=lambda d: GCNConv(d, d, backend=self.backend), **kwargs)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from .base import ConvBlock, GraphModel
+from .base import ConvStack
 from .gin_layer import GINConv
 from .registry import register_model
 
@@ -14,7 +14,7 @@ def gin_mlp(dim: int, mlp_ratio: int = 1) -> nn.Sequential:
 
 
 @register_model("gin")
-class GIN(GraphModel):
+class GIN(ConvStack):
     """Stack of :class:`GINConv` blocks (``conv -> BN -> dropout -> ReLU`` + residual), GraphGym style.
 
     Parameters
@@ -41,11 +41,6 @@ class GIN(GraphModel):
     torch.Size([2, 2])
     """
 
-    def __init__(self, dim_in, dim_out, *, mlp_ratio: int = 1, learn_eps: bool = False, batchnorm: bool = True,
-                 residual: bool = True, **kwargs):
-        super().__init__(dim_in, dim_out, **kwargs)
-        d = self.dim_hidden
-        self.layers = nn.ModuleList(
-            ConvBlock(GINConv(gin_mlp(d, mlp_ratio), learn_eps=learn_eps, backend=self.backend), d,
-                      self.dropout, batchnorm, residual)
-            for _ in range(self.num_layers))
+    def __init__(self, dim_in, dim_out, *, mlp_ratio: int = 1, learn_eps: bool = False, **kwargs):
+        super().__init__(dim_in, dim_out, **kwargs,
+                         conv=lambda d: GINConv(gin_mlp(d, mlp_ratio), learn_eps=learn_eps, backend=self.backend))

@@ -1,16 +1,14 @@
 """GINE downstream model (GIN with edge features; MoleculeNet in the GPSE paper: 5 layers x 300)."""
 from __future__ import annotations
 
-from torch import nn
-
-from .base import ConvBlock, GraphModel
+from .base import ConvStack
 from .gin import gin_mlp
 from .gine_layer import GINEConv
 from .registry import register_model
 
 
 @register_model("gine")
-class GINE(GraphModel):
+class GINE(ConvStack):
     """Stack of :class:`GINEConv` blocks (``conv -> BN -> dropout -> ReLU`` + residual), GraphGym style.
 
     Edge features are encoded once to ``dim_hidden`` (``edge_encoder``, e.g. ``"bond"``) and shared by
@@ -40,11 +38,6 @@ class GINE(GraphModel):
 
     supports_blocks = False
 
-    def __init__(self, dim_in, dim_out, *, mlp_ratio: int = 1, learn_eps: bool = False, batchnorm: bool = True,
-                 residual: bool = True, **kwargs):
-        super().__init__(dim_in, dim_out, uses_edge_features=True, **kwargs)
-        d = self.dim_hidden
-        self.layers = nn.ModuleList(
-            ConvBlock(GINEConv(gin_mlp(d, mlp_ratio), learn_eps=learn_eps, backend=self.backend), d,
-                      self.dropout, batchnorm, residual, uses_edge_features=True)
-            for _ in range(self.num_layers))
+    def __init__(self, dim_in, dim_out, *, mlp_ratio: int = 1, learn_eps: bool = False, **kwargs):
+        super().__init__(dim_in, dim_out, uses_edge_features=True, **kwargs,
+                         conv=lambda d: GINEConv(gin_mlp(d, mlp_ratio), learn_eps=learn_eps, backend=self.backend))

@@ -1,15 +1,13 @@
 """GraphSAGE downstream model (mean aggregator; ogbn-arxiv in the GPSE paper: 3 layers x 256)."""
 from __future__ import annotations
 
-from torch import nn
-
-from .base import ConvBlock, GraphModel
+from .base import ConvStack
 from .registry import register_model
 from .sage_layer import SAGEConv
 
 
 @register_model("graphsage")
-class GraphSAGE(GraphModel):
+class GraphSAGE(ConvStack):
     """Stack of mean-aggregator :class:`SAGEConv` blocks (``conv -> BN -> dropout -> ReLU`` + residual).
 
     Runs full-graph or on the message-flow blocks of ``dgl.dataloading.MultiLayerNeighborSampler``
@@ -34,9 +32,5 @@ class GraphSAGE(GraphModel):
     torch.Size([2, 3])
     """
 
-    def __init__(self, dim_in, dim_out, *, batchnorm: bool = True, residual: bool = True, **kwargs):
-        super().__init__(dim_in, dim_out, **kwargs)
-        d = self.dim_hidden
-        self.layers = nn.ModuleList(
-            ConvBlock(SAGEConv(d, d, backend=self.backend), d, self.dropout, batchnorm, residual)
-            for _ in range(self.num_layers))
+    def __init__(self, dim_in, dim_out, **kwargs):
+        super().__init__(dim_in, dim_out, conv=lambda d: SAGEConv(d, d, backend=self.backend), **kwargs)

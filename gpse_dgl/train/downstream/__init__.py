@@ -1,7 +1,7 @@
-"""Downstream training from a validated recipe (:mod:`gpse_dgl.train.downstream_schema`): ``gpse-dgl train``.
+"""Downstream training from a validated recipe (:mod:`.schema`): ``gpse-dgl train``.
 
 ``train_downstream(recipe)`` loads the dataset by name, precomputes (or reads from the cache) the
-encoding ``model.pe.source`` asks for (:mod:`gpse_dgl.train.features`), builds the model, and trains it
+encoding ``model.pe.source`` asks for (:mod:`.features`), builds the model, and trains it
 once per run:
 
 * **Runs.** ``general_pipeline.num_seeds`` seeds ``seed, seed + 1, ...``. With cross-validation
@@ -38,6 +38,8 @@ from ``last.pt`` ends bit-identical to an uninterrupted one (same device and thr
 
 Modules (each one concern; the names below are importable from this package)::
 
+    schema.py       DOWNSTREAM_SCHEMA: the recipe's keys, defaults and checks; load_downstream_recipe
+    features.py     the encodings model.pe.source picks (PSEs, random, GPSE), computed and cached
     evaluation.py   TaskSpec / task_spec (what is predicted, the metric), compute_loss, summaries
     data.py         prepare_data: the dataset, the recipe's preprocessing, the encoding; graph batches
     models.py       the model a recipe describes (model_config, model_from_config) and its capabilities
@@ -46,13 +48,12 @@ Modules (each one concern; the names below are importable from this package)::
     checkpoints.py  last.pt / best.pt of a run, the job directory checks
     job.py          train_downstream: the job directory, the runs one after the other, results.json
 
-The recipe schema is :mod:`gpse_dgl.train.downstream_schema`; the learning-rate schedule is
-:mod:`gpse_dgl.train.schedule`, shared with pretraining.
+The learning-rate schedule (:mod:`gpse_dgl.train.schedule`), the run directory, runtime helpers, metrics,
+mixed precision and data parallelism are shared with pretraining, one floor up in :mod:`gpse_dgl.train`.
 
 Example
 -------
->>> from gpse_dgl.train.downstream_schema import load_downstream_recipe
->>> from gpse_dgl.train.downstream import train_downstream
+>>> from gpse_dgl.train.downstream import load_downstream_recipe, train_downstream
 >>> recipe = load_downstream_recipe("recipes/downstream/csl.yaml", ["model.pe.source=RWSE"])
 >>> results = train_downstream(recipe)          # doctest: +SKIP
 >>> results["summary"]["test"]["mean"]          # doctest: +SKIP
@@ -63,6 +64,8 @@ from .evaluation import TaskSpec, compute_loss, format_summary, summarize, task_
 from .job import train_downstream
 from .models import build_downstream_model, model_from_config
 from .runs import RunPlan, plan_runs
+from .schema import DOWNSTREAM_SCHEMA, default_downstream_recipe, load_downstream_recipe, validate_downstream_recipe
 
 __all__ = ["train_downstream", "TaskSpec", "task_spec", "build_downstream_model", "model_from_config",
-           "compute_loss", "RunPlan", "plan_runs", "summarize", "format_summary", "FORMAT"]
+           "compute_loss", "RunPlan", "plan_runs", "summarize", "format_summary", "FORMAT", "DOWNSTREAM_SCHEMA",
+           "load_downstream_recipe", "validate_downstream_recipe", "default_downstream_recipe"]

@@ -9,14 +9,14 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from ...utils import checkpoint as ckpt
 from ...utils.errors import CheckpointError
-from .. import checkpoint as ckpt
 from ..rundir import RunDirectory, check_resumed_recipe
 from ..runtime import first_line, json_safe
 from .runs import RunPlan, RunState
 
 
-#: ``format`` of downstream checkpoints (pretraining ones use :data:`gpse_dgl.train.checkpoint.FORMAT`).
+#: ``format`` of downstream checkpoints (pretraining ones use :data:`gpse_dgl.utils.checkpoint.FORMAT`).
 FORMAT = "gpse-dgl-downstream"
 FORMAT_VERSION = 1
 

@@ -2,8 +2,8 @@
 
 :func:`prepare_data` loads ``data.name`` (or takes a dataset built in a script), applies
 ``data.to_undirected`` / ``data.node_feat_from_edges`` and attaches the encoding ``model.pe.source``
-asks for (:mod:`gpse_dgl.train.features`, cached on disk); :func:`graph_batches` batches graphs with
-their encoding rows and targets.
+asks for (:mod:`.features`, cached on disk); :func:`graph_batches` batches graphs with their encoding
+rows and targets.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ import dgl.function as fn
 from ...data.registry import load_dataset
 from ...data.user_data import recipe_data_options
 from ...utils.errors import RecipeError
+from ...utils.graph import as_simple_undirected
 from ...utils.precision import select_precision
-from ..features import load_features
+from .features import load_features
 from .evaluation import TaskSpec, task_spec
 
 
@@ -49,29 +50,20 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
     node_feat, node_kind = dataset.node_feat_key, dataset.info.get("node_feat_kind")
     edge_feat, edge_kind = dataset.edge_feat_key, dataset.info.get("edge_feat_kind")
     if data["to_undirected"]:
-        graphs = [_undirected(g) for g in graphs]
+        graphs = [as_simple_undirected(g) for g in graphs]  # node data kept
         edge_feat = edge_kind = None  # merged edges have no single feature value
     if data["node_feat_from_edges"]:
         graphs = [_edge_mean_features(g, dataset.edge_feat_key or "feat") for g in graphs]
         node_feat, node_kind = "feat_from_edges", "float"
-    # the encoder pass may run in its own precision: fine tasks (CSL) need fp32 encodings under a bf16 model
+    # the encoder pass may run in its own precision (fine tasks such as CSL need fp32 encodings under a bf16
+    # model): null follows the model's, and auto becomes what it stands for on this device, once, here
     pe = recipe["model"]["pe"]
-    pe_recipe = dict(pe, precision=select_precision(pe.get("gpse_precision") or recipe["general_pipeline"]["precision"],
-                                                    device or "cpu"))
+    precision = pe["gpse_precision"] or recipe["general_pipeline"]["precision"]
+    pe_recipe = dict(pe, gpse_precision=select_precision(precision, device or "cpu"))
     table, info = load_features(graphs, dataset.name, pe_recipe, cache_dir=data["cache_dir"],
                                 device=device, progress=progress, log_fn=log)
     return Prepared(dataset, graphs, dataset.labels, spec, table, node_feat, edge_feat, node_kind, edge_kind,
                     info)
-
-
-def _undirected(g):
-    """Simple symmetric version of ``g`` with its node data (edge data dropped: merged edges have no
-    single value)."""
-    src, dst = g.edges()
-    plain = dgl.to_bidirected(dgl.remove_self_loop(dgl.graph((src, dst), num_nodes=g.num_nodes())))
-    for key, value in g.ndata.items():
-        plain.ndata[key] = value
-    return plain
 
 
 def _edge_mean_features(g, key: str):

@@ -14,17 +14,18 @@ from typing import Callable, Sequence
 
 import torch
 
+from ...data.cache import default_cache_dir
 from ...recipes import dump_recipe
 from ...utils import distributed as dist_utils
 from ...utils.io import atomic_write_text
 from ...utils.precision import select_precision
-from ..features import default_cache_dir
 from ..rundir import RunDirectory
 from ..runtime import derive_seed, resolve_device, run_environment, torch_threads, tqdm_write, write_json
+from ..schedule import LRSchedule
 from .checkpoints import check_job_directory, restore_run
 from .data import Prepared, describe, prepare_data
 from .evaluation import SPLITS, result_line, summarize
-from .loop import Trainer, build_optimizer, build_schedule
+from .loop import Trainer, build_optimizer
 from .models import build_downstream_model, check_sampling
 from .runs import RunPlan, RunState, plan_runs, run_result, run_seeds
 
@@ -38,7 +39,7 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
     Parameters
     ----------
     recipe : dict
-        A validated downstream recipe (:func:`~gpse_dgl.train.downstream_schema.load_downstream_recipe`).
+        A validated downstream recipe (:func:`~gpse_dgl.train.downstream.schema.load_downstream_recipe`).
     resume : bool
         Continue the job in ``save_path``: finished runs are read back, an interrupted run continues from
         its ``last.pt``, the others start.
@@ -130,7 +131,8 @@ def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resum
     check_sampling(recipe, prepared, model)
     general = recipe["general_pipeline"]
     optimizer = build_optimizer(model, general["optimizer"])
-    scheduler = build_schedule(optimizer, general, prepared.spec)
+    # moved once per epoch: GraphGPS' per-epoch cosine with warm-up, reduce-on-plateau or a constant rate
+    scheduler = LRSchedule.from_recipe(optimizer, general, higher_is_better=prepared.spec.higher_is_better)
     state = RunState()
     last = run_dir / "last.pt"
     if resume and last.is_file():

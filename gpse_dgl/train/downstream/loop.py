@@ -20,13 +20,12 @@ import torch
 from ... import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 import dgl
 
+from ...utils import checkpoint as ckpt
 from ...utils import distributed as dist_utils
 from ...utils.precision import to_accumulation
-from .. import checkpoint as ckpt
 from .. import distributed as data_parallel
 from ..mixed_precision import MixedPrecision
 from ..runtime import derive_seed, progress_bar
-from ..schedule import LRSchedule
 from .checkpoints import checkpoint_payload
 from .data import Prepared, graph_batches
 from .evaluation import SPLITS, TaskSpec, compute_loss
@@ -343,13 +342,6 @@ def _better(value, best, higher: bool) -> bool:
 def build_optimizer(model, recipe: dict) -> torch.optim.Optimizer:
     cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[recipe["name"]]
     return cls(model.parameters(), lr=recipe["lr"], weight_decay=recipe["weight_decay"])
-
-
-def build_schedule(optimizer, general: dict, spec: TaskSpec) -> LRSchedule:
-    """The run's learning-rate schedule, moved after every epoch (GraphGPS' per-epoch cosine with
-    linear warm-up, reduce-on-plateau on the validation metric, or a constant rate)."""
-    return LRSchedule(optimizer, general["lr_scheduler"], general["num_epochs"],
-                      higher_is_better=spec.higher_is_better)
 
 
 def _postfix(record: dict, spec: TaskSpec) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from ...data.synthetic import stratified_kfold
+from ...data.splits import stratified_kfold
 from ...utils.errors import RecipeError
 from .evaluation import SPLITS
 

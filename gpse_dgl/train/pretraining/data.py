@@ -21,7 +21,7 @@ Steps (``build_pretraining_data``):
    fingerprint covers the source's content, every data setting that changes the graphs or targets, and
    the source code of ``gpse_dgl.pse``, so editing a PSE invalidates old caches.
 
-Graphs are held as a :class:`~gpse_dgl.train.graph_collection.GraphCollection`: flat edge and target
+Graphs are held as a :class:`~gpse_dgl.train.pretraining.graph_collection.GraphCollection`: flat edge and target
 tensors plus offsets, batched without ``dgl.batch``. Steps 1 and 2 live in :mod:`.graph_sources`; this
 module assembles them, computes the targets and owns the cache.
 """
@@ -38,23 +38,24 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..utils import distributed as dist_utils
-from ..utils.errors import DatasetNotFoundError
-from ..data.cache import (code_digest, default_cache_dir, file_sha256, json_digest, load_graphs_cached,
-                          save_graphs_cached)
-from ..data.registry import load_dataset
-from ..pse.targets import NODE_TARGET_KEY, pretraining_targets, target_columns
+from ...data.cache import (code_digest, default_cache_dir, file_sha256, json_digest, load_graphs_cached,
+                           save_graphs_cached)
+from ...data.registry import load_dataset
+from ...pse.targets import NODE_TARGET_KEY, pretraining_targets, target_columns
+from ...utils import distributed as dist_utils
+from ...utils.errors import DatasetNotFoundError
 from .graph_collection import GraphCollection
-from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, _ogb_folder, _subset_and_split,
-                            add_regular_graphs, add_skeleton_edits, evaluation_triples, load_source_graphs,
-                            unique_structures)
+from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, add_regular_graphs, add_skeleton_edits,
+                            evaluation_triples, load_source_graphs, ogb_folder, subset_and_split, unique_structures)
 
 __all__ = ["GraphCollection", "PretrainingData", "build_pretraining_data", "standardize_graph_targets",
-           "load_source_graphs", "unique_structures", "add_skeleton_edits", "add_regular_graphs",
+           "load_source_graphs", "unique_structures", "add_skeleton_edits", "add_regular_graphs", "add_training_graphs",
            "data_fingerprint", "describe_sizes", "split_sizes", "NODE_TARGET_KEY", "CACHE_FORMAT_VERSION",
            "SPLIT_NAMES", "HASH_SPLIT_SOURCES", "OFF_SCALE_ON_REGULAR_GRAPHS"]
 
 CACHE_FORMAT_VERSION = 1
+# the package's source files whose code the cache fingerprint covers (gpse_dgl/data/*.py)
+_DATA_CODE = Path(__file__).resolve().parents[2] / "data"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -95,8 +96,8 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
         log(f"data: reusing cached targets {cache_path}")
     else:
         graphs, info = load_source_graphs(data_recipe, progress)
-        graphs, split_of_graph = _subset_and_split(graphs, data_recipe, info)
-        graphs, split_of_graph, first_regular = _add_training_graphs(graphs, split_of_graph, data_recipe, info,
+        graphs, split_of_graph = subset_and_split(graphs, data_recipe, info)
+        graphs, split_of_graph, first_regular = add_training_graphs(graphs, split_of_graph, data_recipe, info,
                                                                      progress, log)
         log(f"data: computing targets of {len(graphs)} graphs "
             f"({', '.join(node_names + graph_names)})")
@@ -117,7 +118,7 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
                            list(target_columns(node_names, graph_names)), info, scaling)
 
 
-def _add_training_graphs(graphs: list, split_of_graph: torch.Tensor, data_recipe: dict, info: dict,
+def add_training_graphs(graphs: list, split_of_graph: torch.Tensor, data_recipe: dict, info: dict,
                          progress: bool, log) -> tuple[list, torch.Tensor, int]:
     """Ring edits (``data.skeleton_edits``), then regular graphs (``data.regular_graphs``), both in the
     training split only. Returns the graphs, their split codes and the index of the first regular graph."""
@@ -241,16 +242,16 @@ def data_fingerprint(data_recipe: dict) -> str:
     settings = _data_settings(data_recipe)
     settings.update(cache_format=CACHE_FORMAT_VERSION, source_content=_source_digest(data_recipe),
                     target_code=code_digest("pse"),
-                    skeleton_code=file_sha256(Path(__file__).parent.parent / "data" / "molecules.py"))
+                    skeleton_code=file_sha256(_DATA_CODE / "molecules.py"))
     if data_recipe["skeleton_edits"] or data_recipe.get("regular_graphs", 0):  # the code that draws and dedups them
-        settings["edit_code"] = json_digest([file_sha256(Path(__file__).parent.parent / "data" / name)
+        settings["edit_code"] = json_digest([file_sha256(_DATA_CODE / name)
                                              for name in ("skeleton_edits.py", "synthetic.py")]
                                             + [file_sha256(Path(__file__).parent / "graph_sources.py"),
-                                               inspect.getsource(_add_training_graphs),
+                                               inspect.getsource(add_training_graphs),
                                                inspect.getsource(_forget_off_scale_targets),
                                                list(OFF_SCALE_ON_REGULAR_GRAPHS)])
     if data_recipe.get("exclude_graphs"):  # the code that builds the evaluation graphs and matches them
-        settings["exclude_code"] = json_digest([file_sha256(Path(__file__).parent.parent / "data" / name)
+        settings["exclude_code"] = json_digest([file_sha256(_DATA_CODE / name)
                                                 for name in ("families.py", "synthetic.py")]
                                                + [file_sha256(Path(__file__).parent / "graph_sources.py")])
     return json_digest(settings)
@@ -259,7 +260,7 @@ def data_fingerprint(data_recipe: dict) -> str:
 def _source_digest(data_recipe: dict) -> str:
     source = data_recipe["source"]
     if source == "embedded-molecules":
-        from ..data.molecules import embedded_smiles_path  # rdkit (through .molecules): a heavy import
+        from ...data.molecules import embedded_smiles_path  # rdkit (through .molecules): a heavy import
 
         return file_sha256(Path(embedded_smiles_path()))
     if source == "smiles":
@@ -273,7 +274,7 @@ def _source_digest(data_recipe: dict) -> str:
 def _dataset_digest(name: str, root: str | None) -> str:
     """Digest of an OGB dataset's source files (``raw/`` and ``mapping/``: never the folders our own
     loaders write into); other datasets are identified by the digest of their loaded edge lists."""
-    folder = _ogb_folder(name, root)
+    folder = ogb_folder(name, root)
     if folder is not None:
         digest = hashlib.sha256()
         for path in sorted(p for sub in ("raw", "mapping") for p in (folder / sub).rglob("*") if p.is_file()):

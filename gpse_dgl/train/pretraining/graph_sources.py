@@ -3,7 +3,7 @@
 * :func:`load_source_graphs`: ``embedded-molecules``, ``smiles`` or a dataset name known to
   :func:`gpse_dgl.data.registry.load_dataset`; molecules become unique bare skeletons, other graph datasets
   lose repeated structures (:func:`unique_structures`) and graphs with <= 1 node or no edge.
-* ``_subset_and_split``: evaluation graphs removed (``data.exclude_graphs``, :func:`exclude_evaluation_graphs`),
+* :func:`subset_and_split`: evaluation graphs removed (``data.exclude_graphs``, :func:`exclude_evaluation_graphs`),
   an optional seeded ``max_graphs`` subset, then split codes (0 train, 1 val, 2 test): a seeded random split,
   or for :data:`HASH_SPLIT_SOURCES` a hash of each skeleton.
 * :func:`find_evaluation_graphs`: which graphs of an evaluation set (:data:`gpse_dgl.data.families.EVALUATION_SETS`)
@@ -14,7 +14,7 @@
 Example
 -------
 >>> import dgl, torch
->>> from gpse_dgl.train.graph_sources import unique_structures
+>>> from gpse_dgl.train.pretraining.graph_sources import unique_structures
 >>> ring = dgl.graph(([0, 1, 2], [1, 2, 0]))
 >>> graphs, stats = unique_structures([ring, dgl.graph(([1, 2, 0], [2, 0, 1])), dgl.graph(([], []), num_nodes=1)])
 >>> len(graphs), stats["duplicates"], stats["too_small"]
@@ -28,19 +28,19 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .. import _env  # noqa: F401
+from ... import _env  # noqa: F401
 import dgl
 
-from ..data.dataset import random_split
-from ..data.families import evaluation_graphs
-from ..data.ogb import ogb_dir_name, ogb_meta
-from ..data.rdkit_corpus import hash_split_codes
-from ..data.registry import default_root, load_dataset
-from ..data.skeleton_edits import MAX_NEW_ATOMS, edit_skeleton
-from ..data.synthetic import connected_regular_edges
-from ..utils.errors import RecipeError
-from ..utils.graph import graph_simple_edges, undirected_graph
-from .runtime import progress_bar
+from ...data.dataset import random_split
+from ...data.families import evaluation_graphs
+from ...data.ogb import ogb_dir_name, ogb_meta
+from ...data.rdkit_corpus import hash_split_codes
+from ...data.registry import default_root, load_dataset
+from ...data.skeleton_edits import MAX_NEW_ATOMS, edit_skeleton
+from ...data.synthetic import connected_regular_edges
+from ...utils.errors import RecipeError
+from ...utils.graph import graph_simple_edges, undirected_graph
+from ..runtime import progress_bar
 
 SPLIT_NAMES = ("train", "val", "test")
 # sources whose split is a hash of each skeleton (data.split fractions, no seed), not a seeded draw
@@ -51,7 +51,7 @@ def load_source_graphs(data_recipe: dict, progress: bool = False) -> tuple[list[
     """Unique, non-trivial graphs of the recipe's source, and counts describing the clean-up."""
     source = data_recipe["source"]
     if source in ("embedded-molecules", "smiles"):
-        from ..data import molecules  # rdkit (through .molecules): a heavy import, for molecules only
+        from ...data import molecules  # rdkit (through .molecules): a heavy import, for molecules only
 
         path = (molecules.embedded_smiles_path() if source == "embedded-molecules"
                 else data_recipe["smiles_file"])
@@ -64,7 +64,7 @@ def load_source_graphs(data_recipe: dict, progress: bool = False) -> tuple[list[
 def _dataset_graphs(name: str, root: str | None, progress: bool) -> tuple[list, dict]:
     smiles = _ogb_smiles(name, root)
     if smiles is not None:
-        from ..data import molecules  # rdkit (through .molecules): a heavy import, for molecules only
+        from ...data import molecules  # rdkit (through .molecules): a heavy import, for molecules only
 
         # molecules: pretraining uses unique bare skeletons (paper: 323,555 for ogbg-molpcba)
         graphs, stats = molecules.unique_skeleton_graphs(smiles, progress=progress)
@@ -255,7 +255,7 @@ def _append_training_graphs(graphs: list, split_of_graph: torch.Tensor, wanted: 
     return graphs + added, codes, {"wanted": wanted, "added": len(added), "attempts": attempts}
 
 
-def _ogb_folder(name: str, root: str | None) -> Path | None:
+def ogb_folder(name: str, root: str | None) -> Path | None:
     """Folder of an ``ogbg-*`` dataset in OGB's on-disk layout under ``root``, if there is one."""
     if not name.startswith("ogbg-"):
         return None
@@ -273,7 +273,7 @@ def _ogb_folder(name: str, root: str | None) -> Path | None:
 def _ogb_smiles(name: str, root: str | None) -> list[str] | None:
     """SMILES of an ogbg-mol* dataset from ``mapping/mol.csv.gz`` (None when not a molecule set or
     the mapping file is absent: then the graphs themselves are read)."""
-    folder = _ogb_folder(name, root)
+    folder = ogb_folder(name, root)
     if folder is None or not (folder / "mapping" / "mol.csv.gz").is_file():
         return None
     import pandas as pd  # pandas: a heavy import, for OGB's csv files only
@@ -290,7 +290,7 @@ def _counts(stats: dict) -> dict:
     return {k: v for k, v in stats.items() if k != "smiles"}
 
 
-def _subset_and_split(graphs: list, data_recipe: dict, info: dict | None = None) -> tuple[list, torch.Tensor]:
+def subset_and_split(graphs: list, data_recipe: dict, info: dict | None = None) -> tuple[list, torch.Tensor]:
     """Evaluation graphs (``data.exclude_graphs``) removed, a seeded ``max_graphs`` subset, then split codes
     (0 train, 1 val, 2 test) per kept graph; ``info["excluded_graphs"]`` says what was removed."""
     seed = data_recipe["split_seed"]

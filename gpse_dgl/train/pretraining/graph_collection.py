@@ -7,7 +7,7 @@ of small graphs (which merges per-graph frames one by one).
 Example
 -------
 >>> import torch
->>> from gpse_dgl.train.graph_collection import GraphCollection
+>>> from gpse_dgl.train.pretraining.graph_collection import GraphCollection
 >>> coll = GraphCollection(num_nodes=torch.tensor([2, 3]), num_edges=torch.tensor([1, 2]),
 ...                        src=torch.tensor([0, 0, 1]), dst=torch.tensor([1, 1, 2]),
 ...                        node_targets=torch.zeros(5, 4), graph_targets=torch.zeros(2, 1))
@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 import torch
 
-from .. import _env  # noqa: F401
+from ... import _env  # noqa: F401
 import dgl
 
 

@@ -19,7 +19,7 @@ data is the checkpoint's own).
 
 Example
 -------
->>> from gpse_dgl.train.report import write_run_report
+>>> from gpse_dgl.train.pretraining.report import write_run_report
 >>> write_run_report("runs/quickstart")                     # doctest: +SKIP
 PosixPath('runs/quickstart/report.html')
 """
@@ -36,15 +36,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..recipes import load_recipe, validate_recipe
-from ..utils import checkpoint as ckpt
-from ..utils.errors import CheckpointError, GPSEError
-from ..utils.io import atomic_write_text
+from ...utils import checkpoint as ckpt
+from ...utils.errors import CheckpointError, GPSEError
+from ...utils.io import atomic_write_text
+from ..metrics import R2Accumulator
+from ..runtime import derive_seed, resolve_device
 from . import report_figures
 from .data import build_pretraining_data
-from .metrics import R2Accumulator
-from .pretrain import build_model, derive_seed, evaluation_features
-from .runtime import resolve_device
+from .model import build_model, evaluation_features
+from .schema import load_pretrain_recipe, validate_pretrain_recipe
 
 REPORT_NAME = "report.html"
 FIGURE_NAMES = {"r2": "report_r2.png", "scatter": "report_scatter.png", "curves": "report_curves.png"}
@@ -143,13 +143,13 @@ def write_checkpoint_report(checkpoint, out_dir, dataset: str | None = None, roo
 
 def _run_recipe(run_dir: Path, payload: dict) -> dict:
     recipe_path = run_dir / "recipe.yaml"
-    return load_recipe(recipe_path) if recipe_path.is_file() else _checkpoint_recipe(run_dir, payload)
+    return load_pretrain_recipe(recipe_path) if recipe_path.is_file() else _checkpoint_recipe(run_dir, payload)
 
 
 def _checkpoint_recipe(source, payload: dict) -> dict:
     if "recipe" not in payload:
         raise CheckpointError(f"{source}: the checkpoint holds no recipe, so its data cannot be rebuilt")
-    return validate_recipe(payload["recipe"], source=str(source))
+    return validate_pretrain_recipe(payload["recipe"], source=str(source))
 
 
 def _write(out_dir: Path, payload: dict, data_recipe: dict, recipe: dict, history: list, about: dict,

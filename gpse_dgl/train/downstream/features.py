@@ -25,7 +25,7 @@ writes atomic and rebuilds torn or stale files. Random features are cheap and ne
 Example
 -------
 >>> from gpse_dgl.data.synthetic import csl_dataset
->>> from gpse_dgl.train.features import compute_features
+>>> from gpse_dgl.train.downstream.features import compute_features
 >>> table = compute_features(csl_dataset().graphs, "RWSE")
 >>> len(table), table.dim, table.graph(0).shape
 (150, 20, torch.Size([41, 20]))
@@ -39,21 +39,21 @@ from typing import Callable, Sequence
 
 import torch
 
-from .. import _env  # noqa: F401
+from ... import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 import dgl
 
-from ..data.cache import (code_digest, default_cache_dir, file_sha256, fingerprint_of, json_digest,
-                          load_graphs_cached, save_graphs_cached, structure_digest)
-from ..encode import default_checkpoint_path, encode_dataset, load_gpse
-from ..encode.models import resolve_checkpoint
-from ..nn.random_features import random_node_features
-from ..pse import compute_pse_tensors
-from ..pse.registry import PSE_REGISTRY
-from ..utils.errors import CheckpointError
+from ...data.cache import (code_digest, default_cache_dir, file_sha256, fingerprint_of, json_digest,
+                           load_graphs_cached, save_graphs_cached, structure_digest)
+from ...encode import default_checkpoint_path, encode_dataset, load_gpse
+from ...encode.models import resolve_checkpoint
+from ...nn.random_features import random_node_features
+from ...pse import compute_pse_tensors
+from ...pse.registry import PSE_REGISTRY
+from ...utils.errors import CheckpointError
 
 
 __all__ = ["SOURCES", "PSE_COMPONENTS", "NodeTable", "source_width", "compute_features", "load_features",
-           "feature_settings", "pse_features", "random_features", "gpse_features", "default_cache_dir"]
+           "feature_settings", "pse_features", "random_features", "gpse_features"]
 
 SOURCES = ("none", "random", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
 #: Explicit PSEs of each PSE source, in column order.
@@ -134,8 +134,9 @@ def feature_settings(pe_recipe: dict) -> dict:
         if pe_recipe["gpse_sampled"]:
             settings["gpse_fanouts"] = [int(f) for f in pe_recipe["gpse_fanouts"]]
         settings["storage"] = pe_recipe["storage"]
-        if pe_recipe.get("precision", "fp32") != "fp32":  # fp32 keys stay those of earlier caches
-            settings["precision"] = pe_recipe["precision"]
+        precision = pe_recipe.get("gpse_precision") or "fp32"
+        if precision != "fp32":  # fp32 keys stay those of earlier caches (and the key's name, "precision")
+            settings["precision"] = precision
         return settings
     return {"storage": pe_recipe.get("storage", "float32")} if source != "none" else {}
 
@@ -299,7 +300,7 @@ def _compute_options(pe_recipe: dict) -> dict:
             "checkpoint": pe_recipe["checkpoint"], "gpse_seed": pe_recipe["gpse_seed"],
             "gpse_samples": pe_recipe["gpse_samples"], "gpse_batch_size": pe_recipe["gpse_batch_size"],
             "gpse_sampled": pe_recipe["gpse_sampled"], "gpse_fanouts": pe_recipe["gpse_fanouts"],
-            "gpse_precision": pe_recipe.get("precision", "fp32")}
+            "gpse_precision": pe_recipe.get("gpse_precision") or "fp32"}
 
 
 def cache_location(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_dir=None) -> tuple[Path, dict]:

@@ -17,7 +17,7 @@ structural encoding fed to the model is chosen by the single key ``model.pe.sour
 
 Example
 -------
->>> from gpse_dgl.train.downstream_schema import load_downstream_recipe
+>>> from gpse_dgl.train.downstream.schema import load_downstream_recipe
 >>> recipe = load_downstream_recipe("recipes/downstream/csl.yaml", ["model.pe.source=RWSE"])
 >>> recipe["model"]["pe"]["source"]
 'RWSE'
@@ -27,23 +27,23 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Mapping
 
-
-from ..recipes import Field, apply_overrides, key_origin, read_recipe_file, validate_recipe
-from ..recipes import PRECISION_CHOICES, PRECISION_HELP
-from ..utils.devices import check_device_name
-from ..utils.errors import RecipeError
-from ..utils.text import did_you_mean
+from ...data.registry import UnknownDatasetError, available_datasets, dataset_description
+from ...nn.models import MODEL_REGISTRY
+from ...recipes import Field, key_origin, load_recipe, validate_recipe
+from ...utils.devices import check_device_name
+from ...utils.errors import RecipeError
+from ...utils.precision import PRECISION_CHOICES
+from ...utils.text import did_you_mean
+from ..mixed_precision import PRECISION_HELP
+from .features import SOURCES
 
 __all__ = ["DOWNSTREAM_SCHEMA", "PE_SOURCES", "load_downstream_recipe", "validate_downstream_recipe",
-           "default_downstream_recipe"]
+           "default_downstream_recipe", "check_downstream_recipe"]
 
-#: Values of ``model.pe.source`` (see the module docstring).
-PE_SOURCES = ("none", "random", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
+#: Values of ``model.pe.source`` (see the module docstring): the sources :mod:`.features` computes.
+PE_SOURCES = SOURCES
 _NODE_ENCODERS = ("auto", "atom", "type", "linear", "constant")
 _EDGE_ENCODERS = ("auto", "bond", "type", "linear", "constant")
-
-
-_device_string = check_device_name
 
 
 def _positive_ints(values: list) -> str | None:
@@ -63,7 +63,7 @@ def _split_string(value: str) -> str | None:
 
 DOWNSTREAM_SCHEMA: dict[str, Any] = {
     "seed": Field("int", 0, "seed of the first run (weights, batch order, dropout); run r uses seed + r"),
-    "device": Field("str", "auto", "auto (cuda when available), cpu, cuda, cuda:N or mps", check=_device_string),
+    "device": Field("str", "auto", "auto (cuda when available), cpu, cuda, cuda:N or mps", check=check_device_name),
     "data": {
         "name": Field("str", "csl", "dataset name (see `gpse-dgl info`), read from disk under root or built"),
         "root": Field("str", None, "directory holding on-disk datasets; null = $GPSE_DGL_DATA or "
@@ -220,15 +220,12 @@ def load_downstream_recipe(path: str | os.PathLike, overrides: Iterable[str] = (
     RecipeError
         One line naming the file and the key, e.g. ``x.yaml: model.pe.source: expected one of ...``.
     """
-    source = str(path)
-    raw = read_recipe_file(source, DOWNSTREAM_SCHEMA)
-    apply_overrides(raw, overrides, source, DOWNSTREAM_SCHEMA)
-    return validate_downstream_recipe(raw, source)
+    return load_recipe(path, overrides, schema=DOWNSTREAM_SCHEMA, cross_check=check_downstream_recipe)
 
 
 def validate_downstream_recipe(raw: Mapping[str, Any], source: str = "<recipe>") -> dict:
     """Check ``raw`` against :data:`DOWNSTREAM_SCHEMA`; return a plain dict with every default filled in."""
-    return validate_recipe(raw, source, DOWNSTREAM_SCHEMA, cross_check=_check_cross_field)
+    return validate_recipe(raw, source, schema=DOWNSTREAM_SCHEMA, cross_check=check_downstream_recipe)
 
 
 def default_downstream_recipe() -> dict:
@@ -236,52 +233,33 @@ def default_downstream_recipe() -> dict:
     return validate_downstream_recipe({}, "<defaults>")
 
 
-def _check_cross_field(recipe: dict, raw: Mapping[str, Any], source: str) -> None:
+def check_downstream_recipe(recipe: dict, raw: Mapping[str, Any], source: str) -> None:
+    """Constraints between keys, and names only the data and model registries know."""
     data, model = recipe["data"], recipe["model"]
     if not _dataset_known(data["name"]):
-        known = _known_datasets()
-        raise RecipeError(f"{source}: {_where(raw, 'data.name')}: unknown dataset {data['name']!r}"
+        known = tuple(available_datasets())
+        raise RecipeError(f"{source}: {key_origin(raw, 'data.name')}: unknown dataset {data['name']!r}"
                           f"{did_you_mean(data['name'], known)}; choose from {', '.join(known)}")
     if data["name"].strip().lower() in ("csv", "dgl-bin", "dgl-csv") and not data["path"]:
         raise RecipeError(f"{source}: data.path: data.name {data['name']} reads the file or directory given "
                           "by data.path, which is not set")
-    models = _known_models()
+    models = tuple(sorted(MODEL_REGISTRY))
     if model["name"].lower() not in models:
-        raise RecipeError(f"{source}: {_where(raw, 'model.name')}: unknown model {model['name']!r}"
+        raise RecipeError(f"{source}: {key_origin(raw, 'model.name')}: unknown model {model['name']!r}"
                           f"{did_you_mean(model['name'], models)}; choose from {', '.join(models)}")
     if model["pe"]["source"] != "none" and model["pe"]["dim_pe"] > model["dim_hidden"]:
-        raise RecipeError(f"{source}: {_where(raw, 'model.pe.dim_pe')}: {model['pe']['dim_pe']} is larger "
+        raise RecipeError(f"{source}: {key_origin(raw, 'model.pe.dim_pe')}: {model['pe']['dim_pe']} is larger "
                           f"than model.dim_hidden ({model['dim_hidden']})")
     general = recipe["general_pipeline"]
     if general["sampling"] == "neighbor" and len(general["fanouts"]) != model["num_layers"]:
-        raise RecipeError(f"{source}: {_where(raw, 'general_pipeline.fanouts')}: neighbour sampling needs "
+        raise RecipeError(f"{source}: {key_origin(raw, 'general_pipeline.fanouts')}: neighbour sampling needs "
                           f"one fan-out per layer ({model['num_layers']}), got {len(general['fanouts'])}")
-
-
-def _where(raw: Mapping[str, Any], dotted: str) -> str:
-    """``dotted`` or ``--set dotted`` when the value came from an override."""
-    return key_origin(raw, dotted)
 
 
 def _dataset_known(name: str) -> bool:
     """Whether the data registry resolves ``name`` (aliases such as ``molhiv`` included)."""
-    # the registries are imported in the functions that need them: this module is read without torch / dgl
-    from ..data.registry import UnknownDatasetError, dataset_description
-
     try:
         dataset_description(name)
     except UnknownDatasetError:
         return False
     return True
-
-
-def _known_datasets() -> tuple[str, ...]:
-    from ..data.registry import available_datasets  # lazy for the reason given in _dataset_known
-
-    return tuple(available_datasets())
-
-
-def _known_models() -> tuple[str, ...]:
-    from ..nn.models import MODEL_REGISTRY  # lazy for the reason given in _dataset_known
-
-    return tuple(sorted(MODEL_REGISTRY))

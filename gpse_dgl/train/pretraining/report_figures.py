@@ -8,12 +8,12 @@
   against the epoch.
 
 Every function writes one PNG (atomically) and returns its path. Inputs are plain numbers and arrays
-(:class:`gpse_dgl.train.report.HeldOut`), so the figures can be drawn without a model.
+(:class:`gpse_dgl.train.pretraining.report.HeldOut`), so the figures can be drawn without a model.
 
 Example
 -------
 >>> import os, tempfile
->>> from gpse_dgl.train.report_figures import training_curves
+>>> from gpse_dgl.train.pretraining.report_figures import training_curves
 >>> history = [{"epoch": e, "train": {"loss": 1 / e}, "val": {"loss": 1.2 / e, "r2": 1 - 1 / e,
 ...             "r2_per_pse": {"RWSE": 1 - 0.5 / e}}} for e in (1, 2, 3)]
 >>> training_curves(history, os.path.join(tempfile.mkdtemp(), "curves.png")).name
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..utils.io import atomic_path
+from ...utils.io import atomic_path
 
 #: Above this many points a panel is a 2-D histogram instead of a scatter (overplotting hides density).
 SCATTER_LIMIT = 3000
