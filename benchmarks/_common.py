@@ -64,18 +64,6 @@ def current_rss_mb() -> float:
         return float("nan")
 
 
-def cpu_model() -> str:
-    """The CPU model name from /proc/cpuinfo, else :func:`platform.processor`."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def package_version(name: str) -> str:
     try:
         return metadata.version(name)
@@ -85,6 +73,8 @@ def package_version(name: str) -> str:
 
 def machine_line() -> str:
     """CPU model, usable cores, and the versions that matter, on one line."""
+    from gpse_dgl.train.runtime import cpu_model  # the one reader of /proc/cpuinfo
+
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:

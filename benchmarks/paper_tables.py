@@ -42,7 +42,6 @@ import copy
 import hashlib
 import json
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -129,13 +128,14 @@ def run_key(table: str, column: str, source: str, seed: int) -> str:
 
 def host(gpu: str | None = None) -> str:
     """CPU model and flags that decide bf16 speed (and the GPU a run used), for the ledger."""
+    from gpse_dgl.train.runtime import cpu_model
+
     try:
         text = Path("/proc/cpuinfo").read_text()
-        model = next(line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name"))
-        flags = [f for f in ("amx_bf16", "avx512_bf16") if f in text]
-        cpu = f"{model} ({', '.join(flags) or 'AVX2 only'})"
-    except (OSError, StopIteration):
-        cpu = platform.processor() or platform.machine()
+    except OSError:
+        text = ""
+    flags = [f for f in ("amx_bf16", "avx512_bf16") if f in text]
+    cpu = f"{cpu_model()} ({', '.join(flags) or 'AVX2 only'})"
     return f"{gpu} with {cpu}" if gpu else cpu
 
 
