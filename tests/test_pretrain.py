@@ -8,6 +8,7 @@ import math
 import pytest
 import torch
 
+from _clock import WorkClock, install_clock
 from gpse_dgl.train.pretraining import build_model, checkpoints, evaluation, loop, pretrain, run as run_module
 from gpse_dgl.train.pretraining.data import GraphCollection, build_pretraining_data
 from gpse_dgl.train.pretraining.schema import load_pretrain_recipe, validate_pretrain_recipe
@@ -304,24 +305,6 @@ def test_loss_options_reach_the_loss(tmp_path, cache_dir, monkeypatch):
     assert {"loss_l1", "loss_mse", "loss_cosine"} <= set(summary["history"][0]["train"])
 
 
-class FakeClock:
-    """Stands in for the ``time`` module of the training loop: every reading is ``tick`` seconds after
-    the previous one, so durations count clock readings and a time-limited run is deterministic."""
-
-    def __init__(self, tick: float = 1.0):
-        self.now, self.tick = 0.0, tick
-
-    def perf_counter(self) -> float:
-        self.now += self.tick
-        return self.now
-
-
-def use_clock(monkeypatch, clock) -> None:
-    """Let ``clock`` stand for the ``time`` module of the run (its start) and of its loop (epoch times)."""
-    for module in (run_module, loop):
-        monkeypatch.setattr(module, "time", clock)
-
-
 def fitted_recipe(save_path, cache_dir, interval="step", warmup=1, **general):
     settings = {"num_epochs": 40, "time_limit_minutes": 1.0, "fit_to_time_limit": True, **general}
     recipe = tiny_recipe(save_path, cache_dir, **settings)
@@ -332,7 +315,7 @@ def fitted_recipe(save_path, cache_dir, interval="step", warmup=1, **general):
 @pytest.mark.parametrize("interval, warmup", [("step", 1), ("epoch", 2), ("step", 1.5)])
 def test_schedule_fitted_to_the_time_limit_decays_fully_and_can_be_repeated(tmp_path, cache_dir, monkeypatch,
                                                                              interval, warmup):
-    use_clock(monkeypatch, FakeClock())
+    install_clock(monkeypatch, WorkClock(step_seconds=1.0, eval_seconds=0.5))  # ~3.5 s per epoch
     fitted = run(fitted_recipe(tmp_path / "fitted", cache_dir, interval, warmup))
     n = fitted["num_epochs"]
     assert fitted["fitted_to_time_limit"] and 3 <= n < 40, n
@@ -343,7 +326,7 @@ def test_schedule_fitted_to_the_time_limit_decays_fully_and_can_be_repeated(tmp_
     assert last["optimizer_state"]["param_groups"][0]["lr"] == pytest.approx(0.0, abs=1e-12)
 
     # the same run with num_epochs set to the fitted length from the start, no limit: identical
-    use_clock(monkeypatch, __import__("time"))
+    monkeypatch.undo()
     explicit = fitted_recipe(tmp_path / "explicit", cache_dir, interval, warmup)
     explicit["general_pipeline"].update(num_epochs=n, fit_to_time_limit=False, time_limit_minutes=None)
     repeated = run(explicit)
@@ -370,27 +353,29 @@ def test_resume_with_more_epochs_follows_the_new_schedule(tmp_path, cache_dir):
 
 
 def test_resume_keeps_the_fitted_schedule(tmp_path, cache_dir, monkeypatch):
-    use_clock(monkeypatch, FakeClock())
+    install_clock(monkeypatch, WorkClock(step_seconds=1.0, eval_seconds=0.5))
     straight = run(fitted_recipe(tmp_path / "straight", cache_dir))
 
     def kill_after_third_epoch(record):
         if record["epoch"] == 3:
             raise Killed
 
-    use_clock(monkeypatch, FakeClock())
+    monkeypatch.undo()
+    install_clock(monkeypatch, WorkClock(step_seconds=1.0, eval_seconds=0.5))
     interrupted = fitted_recipe(tmp_path / "interrupted", cache_dir)
     with pytest.raises(Killed):
         run(interrupted, on_epoch_end=kill_after_third_epoch)
     assert load_pretrain_checkpoint(tmp_path / "interrupted" / "last.pt")["fitted_num_epochs"] == straight["num_epochs"]
-    # resumed on a machine ten times slower: the fitted length stays, only the hard limit could cut it
-    use_clock(monkeypatch, FakeClock(0.1))
+    # resumed on a machine ten times faster: the fitted length stays (a schedule is never lengthened)
+    monkeypatch.undo()
+    install_clock(monkeypatch, WorkClock(step_seconds=0.1, eval_seconds=0.05))
     resumed = run(interrupted, resume=True)
     assert resumed["num_epochs"] == straight["num_epochs"]
     assert_same_run(straight, resumed, tmp_path / "straight", tmp_path / "interrupted")
 
 
 def test_no_fit_when_the_recipe_fits_in_time(tmp_path, cache_dir, monkeypatch):
-    use_clock(monkeypatch, FakeClock(1e-3))
+    install_clock(monkeypatch, WorkClock(step_seconds=1e-3, eval_seconds=1e-3))
     summary = run(fitted_recipe(tmp_path / "run", cache_dir, num_epochs=4))
     assert summary["num_epochs"] == 4 and not summary["fitted_to_time_limit"]
     assert summary["epochs_completed"] == 4

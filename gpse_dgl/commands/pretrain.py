@@ -51,11 +51,12 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
         return
 
     from ..train.pretraining import format_r2_table, pretrain
+    from ..train.pretraining.time_budget import REPORT_SECONDS
 
     progress = not no_progress and not is_quiet()
     summary = pretrain(validated, resume=resume, progress=progress, overwrite=overwrite,
                        log=(lambda message: None) if is_quiet() else None if progress else click.echo,
-                       allow_recipe_change=allow_recipe_change)
+                       allow_recipe_change=allow_recipe_change, reserve_seconds=REPORT_SECONDS)
     if summary.get("rank"):  # under torchrun rank 0 alone reports
         return
     paths = summary["paths"]
@@ -70,6 +71,11 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
     click.echo("held-out R^2 of the best checkpoint:")
     click.echo(format_r2_table(summary["r2_table"]))
 
+    left = summary.get("time_left_seconds")
+    if left is not None and left < REPORT_SECONDS:  # the run's slow-down used the report's share
+        click.echo(f"report: not written: the time limit leaves {max(left, 0.0):.0f} s, the report keeps "
+                   f"{REPORT_SECONDS:.0f} s (gpse-dgl report {paths['run']} writes it)")
+        return
     from ..train.pretraining.report import report_after_run
 
     report_after_run(paths["run"], log=click.echo)

@@ -63,6 +63,9 @@ class TrainState:
     best_epoch: int = -1
     history: list = field(default_factory=list)
     recipe_changes: list = field(default_factory=list)  # accepted by --resume --allow-recipe-change
+    # the schedule re-fitted to the time limit after the machine slowed down: {"after_epoch", "num_epochs",
+    # "epoch_seconds"} each
+    refits: list = field(default_factory=list)
 
 
 def check_run_directory(paths: RunPaths, resume: bool, overwrite: bool) -> None:
@@ -92,7 +95,7 @@ def restore_run(path: Path, recipe, model_config, model, optimizer, scheduler,
     fitted = payload.get("fitted_num_epochs")
     return TrainState(int(payload["epoch"]), None if fitted is None else int(fitted),
                       float(payload["best_metric"]), int(payload["best_epoch"]), list(payload["history"]),
-                      list(payload.get("recipe_changes", [])) + changes)
+                      list(payload.get("recipe_changes", [])) + changes, list(payload.get("refits", [])))
 
 
 def check_same_run(path: Path, payload: dict, recipe: dict, model_config: dict,

@@ -19,7 +19,9 @@ seeded from ``recipe["seed"]`` and, inside training, re-derived at the start of 
 uninterrupted one (on the same device and thread count); a kill mid-epoch loses only that epoch.
 With ``general_pipeline.fit_to_time_limit`` the number of epochs depends on the machine's speed (measured
 during the warm-up); it is logged and stored, and the run is repeated exactly by setting ``num_epochs`` to
-it with the fitting off.
+it with the fitting off (unless the machine slowed down later and the schedule was re-fitted: ``refits`` in
+``metrics.json``). A time limit holds the whole run, final evaluation included
+(:mod:`~gpse_dgl.train.pretraining.time_budget`).
 """
 from __future__ import annotations
 
@@ -49,7 +51,8 @@ __all__ = ["pretrain"]
 
 def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrite: bool = False,
              log: Callable[[str], None] | None = None,
-             on_epoch_end: Callable[[dict], None] | None = None, allow_recipe_change: bool = False) -> dict:
+             on_epoch_end: Callable[[dict], None] | None = None, allow_recipe_change: bool = False,
+             reserve_seconds: float = 0.0) -> dict:
     """Pretrain GPSE as ``recipe`` says; return the summary also written to ``metrics.json``.
 
     Parameters
@@ -72,6 +75,9 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
         checkpoint is then evaluated as usual). Any other exception aborts the run.
     allow_recipe_change : bool
         With ``resume``: continue even if the recipe changes the result (recorded in ``metrics.json``).
+    reserve_seconds : float
+        Of ``time_limit_minutes``, the seconds kept for what the caller does after the run (``gpse-dgl
+        pretrain``: its report); ``time_left_seconds`` in the summary says what is left.
     """
     started = time.perf_counter()
     log = log or (tqdm_write if progress else (lambda message: None))
@@ -91,12 +97,12 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
                 on_epoch_end = rundir.commit_after(on_epoch_end)
             dist_utils.barrier()
             return _run(recipe, paths, resume, progress, log, started, on_epoch_end, rundir, allow_recipe_change,
-                        ctx)
+                        ctx, reserve_seconds)
 
 
 def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, started: float,
          on_epoch_end, rundir: RunDirectory | None, allow_recipe_change: bool,
-         ctx: dist_utils.Context = dist_utils.Context()) -> dict:
+         ctx: dist_utils.Context = dist_utils.Context(), reserve_seconds: float = 0.0) -> dict:
     """Build the run (data, model, optimiser, schedule; resumed or warm-started), train it and evaluate
     its best checkpoint."""
     general = recipe["general_pipeline"]
@@ -141,7 +147,7 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     run = Trainer(recipe, data, model, model_config, optimizer, scheduler, state, eval_batches, paths,
                   writer, device, progress, log, started, mixed, ctx,
                   data_parallel.data_parallel(model, ctx, device, general["sync_batchnorm"]),
-                  run_environment(ctx, device, mixed.precision, general["num_threads"]))
+                  run_environment(ctx, device, mixed.precision, general["num_threads"]), reserve_seconds)
     if ctx.is_distributed:
         log(f"data-parallel: {ctx.world_size} processes ({ctx.backend}), "
             f"{general['batch_size'] // ctx.world_size} graphs per process and step")

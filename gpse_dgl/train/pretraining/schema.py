@@ -147,14 +147,16 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                            minimum=1),
         "num_threads": Field("int", None, "torch CPU threads; null = torch's default",
                              nullable=True, minimum=1),
-        "time_limit_minutes": Field("number", None, "stop after the epoch that would overrun this "
-                                    "wall-clock budget (counted from the start, data included); "
-                                    "null = no limit", nullable=True, minimum=0.0,
-                                    exclusive_minimum=True),
+        "time_limit_minutes": Field("number", None, "end the run inside this wall-clock budget (counted "
+                                    "from the start: data, final evaluation and report included): no epoch "
+                                    "starts that would overrun it, and one that would is cut mid-way (its "
+                                    "steps discarded, the best checkpoint kept); null = no limit",
+                                    nullable=True, minimum=0.0, exclusive_minimum=True),
         "fit_to_time_limit": Field("bool", False, "after the warm-up, shorten num_epochs to what fits "
                                    "in time_limit_minutes at the speed measured so far, so the "
-                                   "schedule decays fully on a slower machine (the number chosen is "
-                                   "logged and stored in metrics.json)"),
+                                   "schedule decays fully on a slower machine, and again when the "
+                                   "machine slows down later (the numbers chosen are logged and stored "
+                                   "in metrics.json)"),
         "distributed": Field("choice", "auto", "under torchrun: process-group backend; auto = nccl on "
                              "CUDA, gloo on CPU", choices=("auto", "gloo", "nccl")),
         "sync_batchnorm": Field("bool", False, "under torchrun: BatchNorm statistics over the global "
