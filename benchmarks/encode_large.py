@@ -16,11 +16,19 @@ with ``precision=...``); ``results["records"]`` holds plain-dict rows (``benchma
 nodes/s and, for exact layer-wise inference, the fraction of the matmul peak of that precision measured
 in the same run (PyG has no layer-wise large-graph inference to compare with).
 
+Each runs once per CPU path of the gated sum (``--paths fused,torch``: the fused C++ kernel of
+:mod:`gpse_dgl.nn.native`, or torch ops with ``GPSE_DGL_NATIVE=0``). Beside each layer-wise time the
+report gives, measured in the same process, the products alone (one layer's four maps over every node,
+times the layers) and the edges alone (one gated sum over the whole graph, times the layers), the bytes
+of source rows the fused kernel reads per edge, and the largest difference between the paths' encodings
+(first and last 1,024 rows).
+
 Usage::
 
     python benchmarks/encode_large.py                      # arXiv size, both modes
     python benchmarks/encode_large.py --quick              # 20,000 nodes, 4 layers: a smoke test
     python benchmarks/encode_large.py --modes layerwise --threads 2 --json out.json
+    python benchmarks/encode_large.py --modes layerwise --threads 2 --paths fused,torch --precisions fp32,bf16
 """
 from __future__ import annotations
 
@@ -30,6 +38,7 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -38,6 +47,7 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 from _precision import DEFAULT_PRECISIONS, matmul_peak_gflops, parse_precisions, record, records_table  # noqa: E402
 
 ARXIV_NODES, ARXIV_EDGES = 169_343, 1_166_243
+PRODUCT_CHUNK_ROWS = 8192  # about the destination rows of one chunk of the default 131,072 edges at arXiv's degree
 
 
 def _rss_gb() -> float:
@@ -97,9 +107,49 @@ def run_one(args) -> dict:
         result.update(fanouts=args.fanouts, sample_batch_size=args.sample_batch_size or graph.num_nodes())
     # CPU seconds of all threads: with a busy machine, cpu_s / threads estimates the wall time of a quiet one.
     result["cpu_s"] = round(time.process_time() - c0, 1)
-    result["peak_rss_gb"] = round(_rss_gb(), 3)
+    from gpse_dgl.nn import native
+
+    result["path"] = "fused" if native.kernel() is not None else "torch"
+    result["peak_rss_gb"] = round(_rss_gb(), 3)  # of the encode, before the parts below allocate theirs
+    if args.mode == "layerwise":
+        result.update(_parts(model, graph, args))
+    if args.sample_out:
+        torch.save(torch.cat([out[:1024], out[-1024:]]).float(), args.sample_out)
     result["finite"] = bool(out.isfinite().all())
     return result
+
+
+def _parts(model, graph, args) -> dict:
+    """Seconds of the products alone and of the edges alone for the whole encode (one layer's worth of
+    each over every node / edge, times the layers), and the source-row bytes the fused kernel reads per edge."""
+    import torch
+
+    from gpse_dgl.nn.ops import gated_sum
+    from gpse_dgl.utils.precision import autocast, product_input
+
+    conv = model.encoder.convs[0] if hasattr(model, "encoder") else model.convs[0]
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(graph.num_nodes(), args.dim, generator=gen)
+    with torch.no_grad(), autocast(args.precision, "cpu"):
+        def products():
+            # as the encode does them: sources over every node, destinations over chunks of rows
+            h_in = product_input(h)
+            query, value = conv.source_projections(h_in)
+            for start in range(0, h_in.shape[0], PRODUCT_CHUNK_ROWS):
+                conv.destination_projections(h_in[start:start + PRODUCT_CHUNK_ROWS])
+            return query, value
+
+        query, value = products()  # warm: kernels compiled, shapes seen
+        key = conv.destination_projections(product_input(h))[0]
+        gated_sum(graph, key, query, value)
+        t0 = time.perf_counter()
+        products()
+        products_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        gated_sum(graph, key, query, value)
+        edges_s = time.perf_counter() - t0
+    return {"products_s": round(products_s * args.layers, 2), "edges_s": round(edges_s * args.layers, 2),
+            "row_bytes_per_edge": 2 * args.dim * query.element_size()}
 
 
 def _sampled_prefix(model, graph, fanouts, args):
@@ -138,6 +188,9 @@ def main(argv=None) -> int:
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--precisions", default=DEFAULT_PRECISIONS, help="comma-separated: fp32, bf16")
+    parser.add_argument("--paths", default="fused", help="comma-separated CPU paths of the gated sum: fused (the "
+                        "C++ kernel, where it builds), torch (torch ops: GPSE_DGL_NATIVE=0)")
+    parser.add_argument("--sample-out", help=argparse.SUPPRESS)  # internal: where to save rows of the encoding
     parser.add_argument("--mode", help=argparse.SUPPRESS)  # internal: run one mode in this process
     parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)  # internal: its precision
     args = parser.parse_args(argv)
@@ -147,24 +200,48 @@ def main(argv=None) -> int:
         print(json.dumps(run_one(args)))
         return 0
     results = []
+    paths = [p.strip() for p in args.paths.split(",") if p.strip()]
+    samples = tempfile.mkdtemp(prefix="gpse-encode-large-")
+    forwarded = [a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json" and not a.endswith(".json")]
     for precision in parse_precisions(args.precisions):
         for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
-            cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode, "--precision", precision] + [
-                a for a in (argv if argv is not None else sys.argv[1:]) if a != "--json" and not a.endswith(".json")]
-            env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-            proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if proc.returncode != 0:
-                print(f"{mode} {precision}: failed\n{proc.stderr}", file=sys.stderr)
-                return 1
-            result = json.loads(proc.stdout.strip().splitlines()[-1])
-            results.append(result)
-            print(_format(result), flush=True)
+            for path in paths:
+                sample = os.path.join(samples, f"{mode}-{precision}-{path}.pt")
+                cmd = [sys.executable, os.path.abspath(__file__), "--mode", mode, "--precision", precision,
+                       "--sample-out", sample] + forwarded
+                env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+                if path == "torch":
+                    env["GPSE_DGL_NATIVE"] = "0"
+                proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    print(f"{mode} {precision} {path}: failed\n{proc.stderr}", file=sys.stderr)
+                    return 1
+                result = json.loads(proc.stdout.strip().splitlines()[-1])
+                if path != result["path"]:
+                    print(f"{mode} {precision}: asked for the {path} path, ran {result['path']}", file=sys.stderr)
+                    return 1
+                results.append(result)
+                print(_format(result), flush=True)
+            _compare_paths(samples, mode, precision, paths)
     records = precision_records(args, results)
     print(records_table(records), flush=True)
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"results": results, "records": records}, fh, indent=2)
     return 0
+
+
+def _compare_paths(samples: str, mode: str, precision: str, paths: list) -> None:
+    """Print the largest difference between the paths' encodings (the same graph, seed and weights)."""
+    import torch
+
+    if len(paths) < 2:
+        return
+    first = torch.load(os.path.join(samples, f"{mode}-{precision}-{paths[0]}.pt"), weights_only=True)
+    for other in paths[1:]:
+        rows = torch.load(os.path.join(samples, f"{mode}-{precision}-{other}.pt"), weights_only=True)
+        print(f"{mode} {precision}: largest difference {paths[0]} vs {other}: {float((first - rows).abs().max()):.2e} "
+              f"(encodings are unit rows)", flush=True)
 
 
 def precision_records(args, results) -> list:
@@ -182,13 +259,13 @@ def precision_records(args, results) -> list:
         if r["mode"] == "layerwise":
             flops = forward_flops(r["nodes"], r["directed_edges"], 1, dim=r["dim"], layers=r["layers"])
             peak = flops / r["seconds"] / 1e9 / peaks[r["precision"]]
-        records.append(record("ours", r["precision"], r["nodes_per_s"], "nodes/s", peak, mode=r["mode"],
-                              seconds=r.get("seconds"), peak_rss_gb=r["peak_rss_gb"]))
+        records.append(record(f"ours ({r['path']})", r["precision"], r["nodes_per_s"], "nodes/s", peak,
+                              mode=r["mode"], seconds=r.get("seconds"), peak_rss_gb=r["peak_rss_gb"]))
     return records
 
 
 def _format(r: dict) -> str:
-    head = (f"{r['mode']:<9} {r['precision']} {r['nodes']:,} nodes, {r['directed_edges']:,} directed edges, "
+    head = (f"{r['mode']:<9} {r['precision']} {r['path']:<5} {r['nodes']:,} nodes, {r['directed_edges']:,} directed edges, "
             f"{r['layers']} x {r['dim']}, {r['threads']} threads: ")
     if "seconds_extrapolated" in r:
         time_part = (f"{r['seconds_timed']} s for {r['seeds_timed']:,} seeds -> {r['nodes_per_s']:,} nodes/s, "
@@ -196,6 +273,9 @@ def _format(r: dict) -> str:
                      f"{r['sample_batch_size']:,} seeds per batch)")
     else:
         time_part = f"{r['seconds']} s ({r['nodes_per_s']:,} nodes/s)"
+        if "products_s" in r:
+            time_part += (f" [products alone {r['products_s']} s, edges alone {r['edges_s']} s, "
+                          f"{r['row_bytes_per_edge']:,} B of source rows per edge]")
         if "fanouts" in r:
             time_part += f" (fan-outs {r['fanouts']}, {r['sample_batch_size']:,} seeds per batch)"
     return (f"{head}{time_part}; CPU time {r['cpu_s']} s; peak RSS {r['peak_rss_gb']} GB "

@@ -1,3 +1,19 @@
 """Imported by pytest before any test module: gpse_dgl first, so that on DGL 2.x its import guard
-(``gpse_dgl._dgl_compat``) is in place before a test module imports dgl itself."""
+(``gpse_dgl._dgl_compat``) is in place before a test module imports dgl itself. Shared fixtures below."""
+import pytest
+
 import gpse_dgl  # noqa: F401
+
+
+@pytest.fixture(params=["fused kernel", "torch ops"])
+def gated_path(request, monkeypatch):
+    """Run a test on both CPU paths of ``ops.gated_sum``: the fused C++ kernel (skipped where it cannot
+    be built) and the torch ops it falls back to."""
+    from gpse_dgl.nn import native
+
+    if request.param == "fused kernel":
+        if native.kernel() is None:
+            pytest.skip(native.describe())
+    else:
+        monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
+    return request.param

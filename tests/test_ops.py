@@ -1,9 +1,12 @@
-"""The "dgl" and "torch" message-passing backends agree (values and gradients) for every op."""
+"""The "dgl" and "torch" message-passing backends agree (values and gradients) for every op; the torch
+backend's gated sum on both of its CPU paths (the fused kernel and torch ops: the ``gated_path`` fixture)."""
 import pytest
 import torch
 
 import dgl
 from gpse_dgl.nn import ops
+
+pytestmark = pytest.mark.usefixtures("gated_path")
 
 TOL = dict(atol=1e-5, rtol=1e-5)
 
@@ -179,14 +182,16 @@ def test_gated_sum_out_accumulates():
         torch.testing.assert_close(res.detach(), expected, **TOL)
 
 
-def test_gated_sum_default_backend_is_torch(monkeypatch):
-    """``auto`` picks the fused torch path for gated_sum (no (E, d) tensor kept for backward)."""
+def test_gated_sum_default_backend_is_torch(monkeypatch, gated_path):
+    """``auto`` picks the torch backend for gated_sum (no (E, d) tensor kept for backward): the fused
+    kernel on the CPU where it was built, else torch ops."""
     g = GRAPHS["multi"]
     k, q, _ = _inputs(g, (4,), seed=8)
     k, q, v = k.requires_grad_(), q.requires_grad_(), (q * 2).detach().requires_grad_()
-    assert type(ops.gated_sum(g, k, q, v).grad_fn).__name__ == "_GatedSumBackward"
+    fused = "_NativeGatedSumBackward" if gated_path == "fused kernel" else "_GatedSumBackward"
+    assert type(ops.gated_sum(g, k, q, v).grad_fn).__name__ == fused
     monkeypatch.setenv("GPSE_DGL_BACKEND", "dgl")
-    assert type(ops.gated_sum(g, k, q, v).grad_fn).__name__ != "_GatedSumBackward"
+    assert type(ops.gated_sum(g, k, q, v).grad_fn).__name__ != fused
 
 
 @pytest.mark.parametrize("op", ["copy_u", "copy_v", "u_add_v", "copy_u_sum", "copy_u_mean", "u_mul_e_sum"])

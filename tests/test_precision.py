@@ -116,6 +116,7 @@ def test_autocast_regions():
 
 
 @pytest.mark.parametrize("backend", ["dgl", "torch"])
+@pytest.mark.usefixtures("gated_path")
 def test_sums_accumulate_in_float32(backend):
     g = dgl.graph((torch.zeros(300, dtype=torch.int64), torch.arange(300) % 3), num_nodes=3)
     value = torch.full((3, 4), 1.0 + 2 ** -7, dtype=torch.bfloat16)  # exact in bf16
@@ -130,6 +131,7 @@ def test_sums_accumulate_in_float32(backend):
     torch.testing.assert_close(gated, torch.full((3, 4), 50 * (1.0 + 2 ** -7)), rtol=0, atol=0)
 
 
+@pytest.mark.usefixtures("gated_path")
 def test_gated_sum_gradients_in_bf16_match_float32():
     gen = torch.Generator().manual_seed(0)
     g = dgl.rand_graph(40, 300)

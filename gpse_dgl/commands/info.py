@@ -71,6 +71,10 @@ def command():
         click.echo(f"  {dev:<8} {name}; DGL kernels: {'yes' if ok else 'no'}; "
                    f"message passing uses the {chosen!r} backend{forced}")
         click.echo(f"           {_precision_line(dev)}")
+        if kind == "cpu":
+            from ..nn import native
+
+            click.echo(f"           gated sum: {native.describe()}")
 
 
 def _precision_line(device: str) -> str:

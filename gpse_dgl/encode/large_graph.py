@@ -61,7 +61,7 @@ import dgl
 from ..nn.gpse import GPSE
 from ..nn.ops import gated_sum
 from ..utils.distributed import current, shard_range
-from ..utils.precision import to_accumulation
+from ..utils.precision import product_input, to_accumulation
 from ..utils.progress import progress as progress_bar
 
 __all__ = ["DEFAULT_CHUNK_EDGES", "DEFAULT_FANOUTS", "virtual_node_edges", "layerwise_forward",
@@ -180,16 +180,19 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
     del x_all
     layers = _progress(list(enumerate(encoder.convs)), progress, desc="GPSE layers", unit="layer", leave=False)
     for layer, conv in layers:
-        query, value = conv.source_projections(h)
+        # one cast of the states for the layer's four products (under autocast); a chunk's own rows
+        # are read before its residual update writes them, so the cast stays valid for its projections
+        h_in = product_input(h)
+        query, value = conv.source_projections(h_in)
         for chunk in mine:
             h_dst = h[chunk.start:chunk.stop]
-            key, skip = conv.destination_projections(h_dst)
+            key, skip = conv.destination_projections(h_in[chunk.start:chunk.stop])
             out = to_accumulation(skip)  # float32 sum when the products ran in bf16/fp16 (autocast)
             for block in chunk.blocks:
-                out = out.add_(gated_sum(block, key, query, value))
+                out = gated_sum(block, key, query, value, out=out)  # added in place
             # Sources of later chunks read query/value computed above, so h can be updated in place.
             encoder.residual_update(layer, h_dst, _with_bias(out, conv))
-        del query, value
+        del query, value, h_in
         if mine is not chunks:
             _exchange_rows(h, chunks)
     return encoder.output_stage(h[:n])
@@ -336,7 +339,7 @@ def _sampled_batches(encoder, loader, x, total, n, nodes, progress):
                 num_dst = block.num_dst_nodes()
                 query, value = conv.source_projections(h)
                 key, skip = conv.destination_projections(h[:num_dst])
-                conv_out = to_accumulation(skip).add_(gated_sum(block, key, query, value))
+                conv_out = gated_sum(block, key, query, value, out=to_accumulation(skip))
                 h = encoder.residual_update(layer, h[:num_dst], _with_bias(conv_out, conv))
             # shuffle=False: mini-batches are consecutive slices of ``nodes``
             out[start:start + len(output_nodes)] = encoder.output_stage(h)

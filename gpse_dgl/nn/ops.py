@@ -42,6 +42,7 @@ import dgl
 from dgl.nn.functional import edge_softmax as _edge_softmax
 
 from ..utils.precision import accumulation_dtype, to_accumulation
+from . import native
 
 BACKENDS = ("auto", "dgl", "torch")
 
@@ -332,6 +333,11 @@ class _GatedSum(torch.autograd.Function):
                 None if grad_v is None else grad_v.to(src_feat.dtype), None, None)
 
 
+def _contiguous_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself when its rows are contiguous (a column slice of a wider projection is), else a copy."""
+    return t if t.stride(-1) == 1 else t.contiguous()
+
+
 def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=None, out=None):
     """``out[v] (+)= sum_{e = (u, v)} sigmoid(dst_gate[v] + src_gate[u]) * src_feat[u]``.
 
@@ -340,10 +346,13 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
 
     ``"dgl"``   ``u_mul_e_sum(graph, src_feat, sigmoid(u_add_v(graph, src_gate, dst_gate)))`` with DGL's
                 kernels; the ``(E, d)`` gate is materialised (and kept for backward).
-    ``"torch"`` A fused torch implementation: edges sorted by destination and processed in chunks of
-                ``chunk_edges`` (default on the CPU: about 1 MiB of edge features, so each chunk stays
-                in cache; elsewhere one chunk), with a custom backward that recomputes the gates. No
-                ``(E, d)`` tensor is kept, so training memory is O(N d) per layer.
+    ``"torch"`` On the CPU with float32 or bfloat16 rows: the fused C++ kernel of
+                :mod:`gpse_dgl.nn.native` (one pass over the in-edges of each node, no ``(E, d)`` tensor
+                at all), when it could be built. Otherwise a fused torch implementation: edges sorted
+                by destination and processed in chunks of ``chunk_edges`` (default on the CPU: about
+                1 MiB of edge features, so each chunk stays in cache; elsewhere one chunk), with a
+                custom backward that recomputes the gates. Neither keeps an ``(E, d)`` tensor, so
+                training memory is O(N d) per layer.
 
     ``None``/``"auto"`` picks ``"torch"`` for this op, unlike the other ops: on the CPU it is faster
     than DGL's kernels for inference and training (and leaner); ``GPSE_DGL_BACKEND`` or an explicit
@@ -365,7 +374,12 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
         or (out is not None and out.requires_grad))
     if out is not None:
         out = to_accumulation(out)
-    if backend == "dgl":
+    if backend == "torch" and native.supports(dst_gate, src_gate, src_feat):
+        dst_gate, src_gate, src_feat = (_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat))
+        if not needs_grad:
+            return native.native_gated_sum(graph, dst_gate, src_gate, src_feat, out=out)
+        agg = native.native_gated_sum(graph, dst_gate, src_gate, src_feat)
+    elif backend == "dgl":
         # float32 gates for bf16/fp16 inputs (converted at the DGL boundary)
         gate = _dgl_kernel(dgl.ops.u_add_v, graph, src_gate, dst_gate).sigmoid_()
         agg = u_mul_e_sum(graph, src_feat, gate, backend="dgl")

@@ -7,7 +7,9 @@ product of a training or encoding run compiles again: a bf16 ``nn.Linear`` over 
 grows by ~1 GB of kernels (``benchmarks/RESULTS.md`` sections 2d and 4). :class:`RowBuckets` pads the rows of
 every ``F.linear`` input with zeros up to a bucket size and slices the result back, so only a few dozen
 shapes occur. Each output row depends on its own input row only, so the real rows are unchanged (values
-and gradients); the padding costs at most 1/16 more rows.
+and gradients); the padding costs at most 1/16 more rows. Inputs of :data:`MAX_BUCKETED_ROWS` rows or more
+are left as they are: one compilation is small against such a product, and the padded copy is not (a
+layer-wise encode of a large graph projects all its rows at once, the same shape every layer).
 
 :func:`gpse_dgl.utils.precision.autocast` turns it on for bf16 and fp16 on the CPU; model code never sees
 it.
@@ -31,10 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-__all__ = ["RowBuckets", "bucket_rows"]
+__all__ = ["MAX_BUCKETED_ROWS", "RowBuckets", "bucket_rows"]
 
 MIN_BUCKET = 64  # rows; matches the blocking of the CPU's bf16 kernels
 BUCKETS_PER_DOUBLING = 16  # above 1,024 rows: at most 1/16 padding, 16 shapes per doubling of the rows
+MAX_BUCKETED_ROWS = 1 << 15  # from here on rows are not padded (see the module docstring)
 
 
 def bucket_rows(rows: int) -> int:
@@ -55,7 +58,7 @@ class RowBuckets(TorchFunctionMode):
             x = args[0]
             rows = x.shape[0] if x.dim() >= 2 else 0
             padded = bucket_rows(rows)
-            if padded != rows and x.device.type == "cpu":
+            if padded != rows and rows < MAX_BUCKETED_ROWS and x.device.type == "cpu":
                 # F.pad lists dimensions from the last: (0, 0) for each trailing one, then the rows
                 x = F.pad(x, [0, 0] * (x.dim() - 1) + [0, padded - rows])
                 return func(x, *args[1:], **kwargs)[:rows]

@@ -1,0 +1,190 @@
+"""The fused CPU kernel of the gated aggregation, compiled on first use.
+
+:func:`gpse_dgl.nn.ops.gated_sum` computes ``out[v] = sum_{e = (u, v)} sigmoid(k[v] + q[u]) * val[u]``.
+With plain torch ops every edge's gate and message is a row of an ``(E, d)`` tensor that is written and
+read again several times; ``csrc/gated_sum.cpp`` reads the two source rows an edge needs once and keeps
+the rest in registers (one pass by destination forward; backward one pass by destination and one by
+source, the gates recomputed, no atomics). Rows are read as float32 or bfloat16 (half the bytes);
+gates, messages and sums are float32, as on the torch path (the precision contract of DESIGN.md).
+
+The kernel is compiled with the machine's C++ compiler the first time it is needed (about a minute, once
+per machine, source and torch version, announced by one line on stderr); the build is kept under
+``$TORCH_EXTENSIONS_DIR/gpse_dgl`` (default ``~/.cache/torch_extensions/gpse_dgl``).
+Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None and ``gated_sum``
+takes its torch path; :func:`describe` says which path runs and why (``gpse-dgl info`` prints it, run
+records store it).
+
+Example
+-------
+>>> from gpse_dgl.nn import native
+>>> native.describe().split(":")[0] in ("fused C++ kernel", "torch ops")
+True
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+__all__ = ["GatedCSR", "describe", "kernel", "native_gated_sum", "supports"]
+
+SOURCE = Path(__file__).parent / "csrc" / "gated_sum.cpp"
+#: Compiler flags: the machine's own vector instructions (the build is per machine), and fast math so
+#: that the sigmoid's exp is vectorised (glibc's libmvec); accuracy stays within the fp32 contract.
+CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
+_lock = threading.Lock()
+_state: dict = {}
+
+
+def _build_name() -> str:
+    """One build per source text, flags and torch version, so that an edit or an upgrade rebuilds."""
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode() + torch.__version__.encode())
+    return f"gpse_dgl_gated_sum_{digest.hexdigest()[:12]}"
+
+
+def kernel():
+    """The compiled extension module, or None when it cannot be built here (see :func:`describe`)."""
+    with _lock:
+        if "module" not in _state:
+            _state["module"], _state["reason"] = _load()
+        return _state["module"]
+
+
+def _load():
+    if os.environ.get("GPSE_DGL_NATIVE", "1").strip() == "0":
+        return None, "GPSE_DGL_NATIVE=0"
+    try:
+        from torch.utils.cpp_extension import load  # only when the kernel is needed: it imports setuptools
+
+        _find_ninja()
+        name = _build_name()
+        root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
+        build = root / "gpse_dgl" / name
+        build.mkdir(parents=True, exist_ok=True)
+        _remove_stale_lock(build / "lock")
+        if not (build / f"{name}.so").exists():
+            print(f"gpse-dgl: compiling the fused gated-sum kernel into {build} (once, about a minute)",
+                  file=sys.stderr, flush=True)
+        module = load(name=name, sources=[str(SOURCE)], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+                      build_directory=str(build), verbose=False)
+        return module, None
+    except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, a failed build: the torch path runs
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return None, f"{type(exc).__name__}: {first[:200]}"
+
+
+def _find_ninja() -> None:
+    """torch builds with the ``ninja`` on PATH; the pip package's own copy (``pip install ninja``, in the
+    test extra) sits beside the interpreter, which is not on PATH when a venv's tools are called by path."""
+    if shutil.which("ninja") is None:
+        candidate = Path(sys.executable).parent / "ninja"
+        if candidate.exists():
+            os.environ["PATH"] = f"{candidate.parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+#: A build lock older than this was left by a compilation that was killed (a build takes about a minute):
+#: torch would wait on it for ever.
+STALE_LOCK_SECONDS = 600
+
+
+def _remove_stale_lock(lock: Path) -> None:
+    try:
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+            lock.unlink()
+    except FileNotFoundError:
+        pass
+
+
+def describe() -> str:
+    """One line: which path the CPU gated aggregation takes, and why."""
+    if kernel() is not None:
+        return f"fused C++ kernel: {SOURCE.name}, built with {' '.join(CFLAGS)}"
+    return f"torch ops: the fused kernel is not available ({_state['reason']})"
+
+
+def supports(*tensors: torch.Tensor) -> bool:
+    """Whether the fused kernel can take these tensors: on the CPU, float32 or bfloat16, one dtype, and
+    the kernel built."""
+    dtype = tensors[0].dtype
+    return (all(t.device.type == "cpu" and t.dtype == dtype and t.dim() == 2 for t in tensors)
+            and dtype in (torch.float32, torch.bfloat16) and kernel() is not None)
+
+
+class GatedCSR:
+    """A graph's edges sorted by destination and by source (stable: edge-id order within each node),
+    as the kernel reads them; built once per graph object (:meth:`of`)."""
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
+        self.dst_indptr, self.dst_index = _csr(dst, src, num_dst)
+        self.src_indptr, self.src_index = _csr(src, dst, num_src)
+        self.num_src, self.num_dst = num_src, num_dst
+
+    @classmethod
+    def of(cls, graph) -> "GatedCSR":
+        cached = graph.__dict__.get("_gpse_gated_csr")
+        if cached is None:
+            src, dst = graph.edges()
+            cached = cls(src.to(torch.int64).cpu(), dst.to(torch.int64).cpu(), graph.num_src_nodes(),
+                         graph.num_dst_nodes())
+            graph.__dict__["_gpse_gated_csr"] = cached
+        return cached
+
+
+def _csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    order = torch.argsort(rows, stable=True)
+    indptr = torch.zeros(num_rows + 1, dtype=torch.int64)
+    indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=num_rows), 0)
+    return indptr, cols[order].contiguous()
+
+
+class _NativeGatedSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, dst_gate, src_gate, src_feat, csr):
+        ctx.csr = csr
+        ctx.save_for_backward(dst_gate, src_gate, src_feat)
+        out = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32)
+        kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        dst_gate, src_gate, src_feat = ctx.saved_tensors
+        csr, module = ctx.csr, kernel()
+        grad_out = grad_out.to(torch.float32).contiguous()
+        need_k, need_q, need_v = ctx.needs_input_grad[:3]
+        empty = torch.empty(0)
+        grad_k = grad_q = grad_v = None
+        if need_k:
+            grad_k = torch.zeros((csr.num_dst, dst_gate.shape[1]), dtype=torch.float32)
+            module.grad_key(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, grad_out, grad_k)
+        if need_q or need_v:
+            shape = (csr.num_src, src_feat.shape[1])
+            grad_q = torch.zeros(shape, dtype=torch.float32) if need_q else None
+            grad_v = torch.zeros(shape, dtype=torch.float32) if need_v else None
+            module.grad_source(csr.src_indptr, csr.src_index, dst_gate, src_gate, src_feat, grad_out,
+                               empty if grad_q is None else grad_q, empty if grad_v is None else grad_v)
+        return (None if grad_k is None else grad_k.to(dst_gate.dtype),
+                None if grad_q is None else grad_q.to(src_gate.dtype),
+                None if grad_v is None else grad_v.to(src_feat.dtype), None)
+
+
+def native_gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """The gated sum with the fused kernel (:func:`supports` must hold); float32 result. ``out``
+    (float32) is added to: in place without autograd."""
+    csr = GatedCSR.of(graph)
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (dst_gate, src_gate, src_feat))
+    if needs_grad:
+        return _NativeGatedSum.apply(dst_gate, src_gate, src_feat, csr)
+    if out is None or out.dtype != torch.float32 or not out.is_contiguous():
+        target = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32)
+        kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, target)
+        return target if out is None else out.add_(target)
+    kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, out)
+    return out

@@ -1,0 +1,167 @@
+"""The fused CPU kernel of the gated sum (gpse_dgl.nn.native) against the definition, and its fall-back.
+
+Both CPU paths of ``ops.gated_sum`` also run every gated-sum test of ``tests/test_ops.py`` and
+``tests/test_precision.py`` (the ``gated_path`` fixture); here: float64 references of values and all
+three gradients, row views of a wider projection, the fall-back when the kernel cannot be built, and
+the path a whole GPSE encoder takes.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import dgl
+from gpse_dgl.nn import native, ops
+
+needs_kernel = pytest.mark.skipif(native.kernel() is None, reason=native.describe())
+
+
+def reference(graph, k, q, v):
+    """The definition in float64 with autograd: out[v] = sum_(u, v) sigmoid(k[v] + q[u]) * val[u]."""
+    src, dst = graph.edges()
+    msg = torch.sigmoid(k[dst] + q[src]) * v[src]
+    return torch.zeros(graph.num_dst_nodes(), k.shape[1], dtype=k.dtype).index_add_(0, dst, msg)
+
+
+def graphs():
+    gen = torch.Generator().manual_seed(0)
+    n = 50
+    src, dst = torch.randint(0, n, (400,), generator=gen), torch.randint(0, n, (400,), generator=gen)
+    hub = torch.zeros(300, dtype=torch.int64)
+    return {
+        "multi, self-loops, isolated": dgl.graph((src, dst), num_nodes=n + 5),
+        "hub": dgl.graph((torch.arange(1, 301), hub), num_nodes=301),
+        "block": dgl.create_block((torch.tensor([0, 1, 5, 2, 5, 4]), torch.tensor([0, 0, 1, 2, 2, 2])),
+                                  num_src_nodes=6, num_dst_nodes=3),
+        "no edges": dgl.graph(([], []), num_nodes=4),
+    }
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", list(graphs()))
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_values_and_gradients_match_float64(name, dtype, tol):
+    graph = graphs()[name]
+    gen = torch.Generator().manual_seed(1)
+    shapes = [(graph.num_dst_nodes(), 24), (graph.num_src_nodes(), 24), (graph.num_src_nodes(), 24)]
+    exact = [torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes]
+    weight = torch.randn(graph.num_dst_nodes(), 24, generator=gen, dtype=torch.float64)
+    leaves = [t.detach().to(dtype).requires_grad_() for t in exact]
+    out = native.native_gated_sum(graph, *leaves)
+    assert out.dtype == torch.float32
+    (out * weight.float()).sum().backward()
+    # the reference from the rounded inputs: only the kernel's own arithmetic is compared
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = reference(graph, *ref_leaves)
+    (ref * weight).sum().backward()
+    scale = max(1.0, float(ref.detach().abs().max()))
+    torch.testing.assert_close(out.double(), ref, atol=tol * scale, rtol=tol)
+    for leaf, ref_leaf in zip(leaves, ref_leaves):
+        assert leaf.grad.dtype == dtype
+        torch.testing.assert_close(leaf.grad.double(), ref_leaf.grad, atol=tol * max(1.0, float(ref_leaf.grad.abs().max())),
+                                   rtol=tol)
+
+
+@needs_kernel
+def test_rows_of_a_wider_projection_are_read_in_place():
+    """q and val as column slices of one (N, 2d) projection (what ResGatedConv hands over): no copy, same sum."""
+    graph = graphs()["multi, self-loops, isolated"]
+    gen = torch.Generator().manual_seed(2)
+    k = torch.randn(graph.num_nodes(), 16, generator=gen)
+    both = torch.randn(graph.num_nodes(), 32, generator=gen)
+    q, v = both[:, :16], both[:, 16:]
+    assert not q.is_contiguous()
+    with torch.no_grad():
+        out = ops.gated_sum(graph, k, q, v, backend="torch")
+    torch.testing.assert_close(out, reference(graph, k, q.contiguous(), v.contiguous()), atol=1e-5, rtol=1e-5)
+
+
+@needs_kernel
+def test_out_is_added_to_in_place():
+    graph = graphs()["hub"]
+    k, q, v = (torch.randn(301, 8) for _ in range(3))
+    base = torch.randn(301, 8)
+    acc = base.clone()
+    with torch.no_grad():
+        result = ops.gated_sum(graph, k, q, v, backend="torch", out=acc)
+    assert result is acc
+    torch.testing.assert_close(acc, base + reference(graph, k, q, v), atol=1e-4, rtol=1e-5)
+
+
+def test_other_dtypes_and_devices_take_the_torch_ops_path():
+    k = torch.zeros(3, 4, dtype=torch.float16)
+    assert not native.supports(k, k, k)
+    assert not native.supports(torch.zeros(3, 4), torch.zeros(3, 4, dtype=torch.bfloat16), torch.zeros(3, 4))
+    assert not native.supports(torch.zeros(3, 4, dtype=torch.float64), torch.zeros(3, 4, dtype=torch.float64),
+                               torch.zeros(3, 4, dtype=torch.float64))
+
+
+def test_turned_off_it_says_so_and_the_torch_path_runs():
+    """GPSE_DGL_NATIVE=0 (or no compiler): one line names the path, and gated_sum gives the same result."""
+    code = ("from gpse_dgl.nn import native, ops; import dgl, torch\n"
+            "print(native.describe())\n"
+            "g = dgl.graph(([0, 1, 2], [1, 2, 0])); x = torch.ones(3, 4, requires_grad=True)\n"
+            "print(type(ops.gated_sum(g, x, x, x).grad_fn).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "GPSE_DGL_NATIVE": "0"},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines == ["torch ops: the fused kernel is not available (GPSE_DGL_NATIVE=0)", "_GatedSumBackward"]
+
+
+def test_a_failed_build_falls_back_with_its_reason(monkeypatch):
+    def broken(**kwargs):
+        raise RuntimeError("Ninja is required to load C++ extensions\nmore detail")
+
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setattr("torch.utils.cpp_extension.load", broken)
+    assert native.kernel() is None
+    assert native.describe() == ("torch ops: the fused kernel is not available (RuntimeError: Ninja is required "
+                                 "to load C++ extensions)")
+
+
+@needs_kernel
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_encoder_gives_the_same_encodings_on_both_paths(monkeypatch, precision):
+    """A whole GPSE encoder (batched molecules' shape, virtual node) on the fused kernel and on torch ops."""
+    from gpse_dgl.encode.inference import encode
+    from gpse_dgl.nn.gpse import GPSE
+
+    torch.manual_seed(0)
+    model = GPSE(dim_hidden=32, num_layers=3).eval()
+    graph = dgl.batch([dgl.to_bidirected(dgl.rand_graph(12, 20)) for _ in range(4)])
+    fused = encode(model, graph, seed=3, precision=precision)
+    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
+    plain = encode(model, graph, seed=3, precision=precision)
+    tol = 1e-5 if precision == "fp32" else 2e-2
+    torch.testing.assert_close(fused, plain, atol=tol, rtol=tol)
+
+
+def test_info_and_run_records_name_the_path(capsys, monkeypatch):
+    from _cli import run_cli
+    from gpse_dgl.train.runtime import run_environment
+    from gpse_dgl.utils.distributed import Context
+
+    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
+    code, out, _ = run_cli(["info"], capsys)
+    assert code == 0 and "gated sum: torch ops: the fused kernel is not available (turned off by the test)" in out
+    record = run_environment(Context(), "cpu", "fp32", None)
+    assert record["gated_sum"] == native.describe()
+
+
+def test_a_lock_left_by_a_killed_build_is_removed(tmp_path):
+    import os
+    import time
+
+    stale, fresh = tmp_path / "stale", tmp_path / "fresh"
+    stale.write_text("")
+    fresh.write_text("")
+    old = time.time() - native.STALE_LOCK_SECONDS - 5
+    os.utime(stale, (old, old))
+    native._remove_stale_lock(stale)
+    native._remove_stale_lock(fresh)
+    native._remove_stale_lock(tmp_path / "missing")
+    assert not stale.exists() and fresh.exists()
