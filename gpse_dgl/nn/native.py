@@ -36,7 +36,8 @@ __all__ = ["GatedCSR", "describe", "kernel", "native_gated_sum", "supports"]
 
 SOURCE = Path(__file__).parent / "csrc" / "gated_sum.cpp"
 #: Compiler flags: the machine's own vector instructions (the build is per machine), and fast math so
-#: that the sigmoid's exp is vectorised (glibc's libmvec); accuracy stays within the fp32 contract.
+#: that the edge loop vectorises (min/max without NaN cases, reassociated arithmetic); the kernel's exp is
+#: its own polynomial, accurate to float32's rounding, so results stay within the fp32 contract.
 CFLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp"]
 _lock = threading.Lock()
 _state: dict = {}
