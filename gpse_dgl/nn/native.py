@@ -22,6 +22,7 @@ True
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -118,13 +119,20 @@ def supports(*tensors: torch.Tensor) -> bool:
 
 
 class GatedCSR:
-    """A graph's edges sorted by destination and by source (stable: edge-id order within each node),
-    as the kernel reads them; built once per graph object (:meth:`of`)."""
+    """A graph's edges sorted by destination (forward) and, when a backward pass first needs them, by
+    source (stable: edge-id order within each node), as the kernel reads them; built once per graph
+    object (:meth:`of`)."""
 
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
         self.dst_indptr, self.dst_index = _csr(dst, src, num_dst)
-        self.src_indptr, self.src_index = _csr(src, dst, num_src)
         self.num_src, self.num_dst = num_src, num_dst
+        self._edges = (src, dst)
+
+    @functools.cached_property
+    def by_source(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(indptr, destinations)`` of each source's out-edges: only gradients read them."""
+        src, dst = self._edges
+        return _csr(src, dst, self.num_src)
 
     @classmethod
     def of(cls, graph) -> "GatedCSR":
@@ -168,7 +176,7 @@ class _NativeGatedSum(torch.autograd.Function):
             shape = (csr.num_src, src_feat.shape[1])
             grad_q = torch.zeros(shape, dtype=torch.float32) if need_q else None
             grad_v = torch.zeros(shape, dtype=torch.float32) if need_v else None
-            module.grad_source(csr.src_indptr, csr.src_index, dst_gate, src_gate, src_feat, grad_out,
+            module.grad_source(*csr.by_source, dst_gate, src_gate, src_feat, grad_out,
                                empty if grad_q is None else grad_q, empty if grad_v is None else grad_v)
         return (None if grad_k is None else grad_k.to(dst_gate.dtype),
                 None if grad_q is None else grad_q.to(src_gate.dtype),
