@@ -54,6 +54,8 @@ def main(argv=None) -> None:
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default: the recipe's 200)")
     parser.add_argument("--folds", type=int, default=None, help="run only the first N folds of each repeat")
     parser.add_argument("--sources", default=",".join(SOURCES), help="rows (default: %(default)s)")
+    parser.add_argument("--gpse-samples", type=int, default=None,
+                        help="draws of GPSE's random input averaged per encoding (default: the recipe's 1)")
     parser.add_argument("--device", default=None, help="auto, cpu, cuda, ... (default: the recipe's auto)")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/csl"), help="output folder")
     parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
@@ -74,6 +76,7 @@ def main(argv=None) -> None:
     overrides = [f"general_pipeline.num_epochs={args.epochs}"] if args.epochs else []
     overrides += [f"data.max_folds={args.folds}"] if args.folds else []
     overrides += [f"device={args.device}"] if args.device else []
+    overrides += [f"model.pe.gpse_samples={args.gpse_samples}"] if args.gpse_samples else []
 
     from gpse_dgl.utils.errors import GPSEError
 
@@ -89,7 +92,8 @@ def main(argv=None) -> None:
                     f"repeat(s) (paper: x 10); accuracy (%) at the best validation epoch, mean ± std over all "
                     f"folds. Train = accuracy of that epoch's training pass.")
     if checkpoint and "GPSE" in sources:
-        notes.append(f"GPSE checkpoint: {checkpoint}")
+        notes.append(f"GPSE checkpoint: {checkpoint}; {recipe['model']['pe']['gpse_samples']} random-input "
+                     f"draw(s) averaged per encoding")
     notes.append(describe_setup(results))
     write_outputs(args.out, "csl", table, results, "\n".join(notes))
     print(table)

@@ -23,6 +23,12 @@ classes that is right, so identical vectors score chance). Methods:
 * ``GPSE x=0``: the same with all-zero input (an MPNN with identical inputs is bounded by 1-WL);
 * ``RWSE``, ``LapPE``: explicit PSEs (``gpse_dgl.pse.compute_pses``), pooled the same way.
 
+``--methods`` adds how the encodings are computed and kept (:data:`PRECISION_METHODS`): ``GPSE bf16 pass``
+runs the encoder in bf16 (``encode(..., precision="bf16")``); ``GPSE bf16 stored`` rounds the fp32
+encodings to bf16 before pooling, as a user who stores them in bf16 would; ``GPSE standardised bf16
+stored`` does so after subtracting each column's mean and dividing by its standard deviation (over the
+set's nodes), then maps them back, so that only the rounding differs.
+
 Each of ``--seeds`` seeds redraws the relabelling and the random input; tables give mean ± std over seeds.
 EXP pairs are scored pair by pair (2 classes) and averaged over ``--exp-pairs`` pairs. CSL's full number
 trains a GIN on the encodings: ``python benchmarks/csl.py`` (RESULTS 8).
@@ -32,6 +38,7 @@ Run::
     python benchmarks/expressivity.py                          # shipped default model, about 3 minutes
     python benchmarks/expressivity.py --corpus recipes/rdkit-base-stage4.yaml   # check its added graphs too
     python benchmarks/expressivity.py --checkpoint runs/x/best.pt --out benchmarks/results/expressivity-x
+    python benchmarks/expressivity.py --methods GPSE --samples 8    # 8 draws of the random input averaged
 
 Outputs: ``<out>/expressivity.md`` (both tables), ``<out>/expressivity.json`` (every per-seed score) and
 the figure ``benchmarks/figures/expressivity.png`` (``--figure``).
@@ -52,6 +59,7 @@ for path in (ROOT, Path(__file__).resolve().parent):
         sys.path.insert(0, str(path))
 
 METHODS = ("GPSE", "GPSE x=0", "RWSE", "LapPE")
+PRECISION_METHODS = ("GPSE bf16 pass", "GPSE bf16 stored", "GPSE standardised bf16 stored")
 TIE_TOLERANCE = 1e-5  # relative: float32 rounding of a 16-layer forward stays well below it
 DEV_SETS = ("csl", "squares-vs-triangles", "hexagon-vs-pentagon")
 FAMILY_COPIES = 8
@@ -84,8 +92,9 @@ def loo_nearest_centroid(vectors: np.ndarray, labels: np.ndarray, tolerance: flo
     return score / len(labels)
 
 
-def pooled(model, graphs: list, method: str, seed: int) -> np.ndarray:
-    """``(len(graphs), d)`` mean-pooled node encodings of ``graphs`` by ``method`` (:data:`METHODS`)."""
+def pooled(model, graphs: list, method: str, seed: int, samples: int = 1) -> np.ndarray:
+    """``(len(graphs), d)`` mean-pooled node encodings of ``graphs`` by ``method`` (:data:`METHODS`); GPSE
+    encodings with random input are averaged over ``samples`` draws of it."""
     import torch
 
     if method in ("RWSE", "LapPE"):
@@ -100,15 +109,21 @@ def pooled(model, graphs: list, method: str, seed: int) -> np.ndarray:
     dim_in = getattr(model, "encoder", model).dim_in
     batch = dgl.batch(graphs)
     if method == "GPSE x=0":
-        x = torch.zeros(batch.num_nodes(), dim_in)
-    else:  # a seeded draw per copy: copies of one graph must not share features
-        x = torch.cat([torch.randn(g.num_nodes(), dim_in, generator=torch.Generator().manual_seed(
-            seed * 100_003 + i)) for i, g in enumerate(graphs)])
-    nodes = encode(model, batch, x=x)
+        draws = [torch.zeros(batch.num_nodes(), dim_in)]
+    else:  # a seeded draw per copy and sample: copies of one graph must not share features
+        draws = [torch.cat([torch.randn(g.num_nodes(), dim_in, generator=torch.Generator().manual_seed(
+            seed * 100_003 + i + k * 1_000_000_007)) for i, g in enumerate(graphs)]) for k in range(samples)]
+    precision = "bf16" if method == "GPSE bf16 pass" else "fp32"
+    nodes = sum(encode(model, batch, x=x, precision=precision) for x in draws) / len(draws)
+    if method == "GPSE bf16 stored":
+        nodes = nodes.to(torch.bfloat16).float()
+    elif method == "GPSE standardised bf16 stored":
+        mean, std = nodes.mean(0), nodes.std(0).clamp(min=1e-12)
+        nodes = ((nodes - mean) / std).to(torch.bfloat16).float() * std + mean
     return torch.stack([part.double().mean(0) for part in nodes.split(batch.batch_num_nodes().tolist())]).numpy()
 
 
-def score_groups(model, groups: list[dict], copies: int, seeds, methods=METHODS) -> dict:
+def score_groups(model, groups: list[dict], copies: int, seeds, methods=METHODS, samples: int = 1) -> dict:
     """Accuracy per method and seed, averaged over ``groups`` (each ``{class name: graph}``, scored alone).
 
     All groups' copies are encoded in one batch per method and seed; each group is scored on its own.
@@ -121,7 +136,7 @@ def score_groups(model, groups: list[dict], copies: int, seeds, methods=METHODS)
         graphs = [g for ds in datasets for g in ds.graphs]
         bounds = np.cumsum([0] + [len(ds.graphs) for ds in datasets])
         for method in methods:
-            vectors = pooled(model, graphs, method, seed)
+            vectors = pooled(model, graphs, method, seed, samples)
             out[method].append(float(np.mean([loo_nearest_centroid(vectors[a:b], ds.labels.numpy())
                                               for a, b, ds in zip(bounds, bounds[1:], datasets)])))
     return out
@@ -253,7 +268,7 @@ def _describe(group: dict) -> tuple[str, str]:
 
 
 def run(model, seeds, families, copies: int, csl_copies: int, pair_copies: int, exp_root, exp_pairs: int,
-        exp_copies: int, log=print) -> tuple[list[dict], list[str]]:
+        exp_copies: int, log=print, methods=METHODS, samples: int = 1) -> tuple[list[dict], list[str]]:
     """Score every set; returns the rows and the notes (skipped sets)."""
     rows, notes = [], []
     plan = [("dev", name, groups, csl_copies if name == "csl" else pair_copies)
@@ -267,7 +282,7 @@ def run(model, seeds, families, copies: int, csl_copies: int, pair_copies: int, 
     plan += [("held-out", name, [family_graphs(name)], copies) for name in families]
     for role, name, groups, n_copies in plan:
         started = time.perf_counter()
-        scores = score_groups(model, groups, n_copies, seeds)
+        scores = score_groups(model, groups, n_copies, seeds, methods, samples)
         nodes, degree = _describe({k: g for group in groups for k, g in group.items()})
         rows.append({"set": role, "name": name, "classes": len(groups[0]), "chance": 1.0 / len(groups[0]),
                      "nodes": nodes, "degree": degree, "copies": n_copies, "groups": len(groups), "scores": scores})
@@ -291,6 +306,10 @@ def main(argv=None) -> None:
     parser.add_argument("--corpus", default="rdkit-molecules",
                         help="pretraining source name or recipe file checked for evaluation graphs (a recipe "
                              "includes the graphs it adds; none: skip the check)")
+    parser.add_argument("--methods", default=",".join(METHODS),
+                        help=f"comma-separated, from {', '.join(METHODS + PRECISION_METHODS)}")
+    parser.add_argument("--samples", type=int, default=1, help="draws of the random input averaged per GPSE "
+                        "encoding (encode's samples; default 1, as a single encode call)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/expressivity"), help="output folder")
     parser.add_argument("--figure", type=Path, default=ROOT / "benchmarks" / "figures" / "expressivity.png",
@@ -308,27 +327,33 @@ def main(argv=None) -> None:
     unknown = [f for f in families if f not in FAMILIES]
     if unknown:
         sys.exit(f"error: unknown family {unknown[0]!r}; choose from {', '.join(FAMILIES)}")
+    methods = [m for m in args.methods.split(",") if m]
+    unknown = [m for m in methods if m not in METHODS + PRECISION_METHODS]
+    if unknown:
+        sys.exit(f"error: unknown method {unknown[0]!r}; choose from {', '.join(METHODS + PRECISION_METHODS)}")
     try:
         model = load_gpse(args.checkpoint)
     except GPSEError as exc:
         sys.exit(f"error: {exc}")
     started = time.perf_counter()
     rows, notes = run(model, range(args.seeds), families, args.copies, args.csl_copies, args.pair_copies,
-                      args.exp_root, args.exp_pairs, args.exp_copies)
+                      args.exp_root, args.exp_pairs, args.exp_copies, methods=methods, samples=args.samples)
     in_sample = [] if args.corpus == "none" else in_sample_graphs(args.corpus)
     _mark_in_sample(rows, in_sample)
-    notes.insert(0, f"GPSE: {describe_checkpoint(model)}; {args.seeds} seeds (mean ± std); mean-pooled encodings; "
+    notes.insert(0, f"GPSE: {describe_checkpoint(model)}; {args.seeds} seeds (mean ± std); "
+                    f"{args.samples} random-input draw(s) averaged per encoding; mean-pooled encodings; "
                     f"leave-one-out nearest-centroid accuracy; {time.perf_counter() - started:.0f} s.")
     if args.corpus != "none":
         found = ", ".join(f"{item['graph']} ({item['split']})" for item in in_sample) or "none"
         notes.append(f"evaluation graphs in the pretraining data of {args.corpus}: {found}")
     notes.append("CSL with the paper's GIN protocol: python benchmarks/csl.py --checkpoint <checkpoint>")
-    png = plot(rows, args.figure)
+    png = plot(rows, args.figure, methods)
     notes.append(f"plot: {png}" if png else "plot: not drawn (matplotlib is not installed)")
-    table = markdown(rows)
+    table = markdown(rows, methods)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "expressivity.md").write_text(table + "\n\n" + "\n".join(notes) + "\n", encoding="utf-8")
-    record = {"checkpoint": describe_checkpoint(model), "seeds": args.seeds, "methods": list(METHODS),
+    record = {"checkpoint": describe_checkpoint(model), "seeds": args.seeds, "samples": args.samples,
+              "methods": methods,
               "rows": rows, "in_sample": in_sample, "notes": notes}
     (args.out / "expressivity.json").write_text(json.dumps(record, indent=1), encoding="utf-8")
     print(table)

@@ -238,3 +238,45 @@ def test_in_sample_rows_are_marked():
                                   {"graph": "srg-16-6-2-2/shrikhande", "split": "val"}])
     assert rows[0]["note"] == "in pretraining data: hexagon (train), pentagon (test)"
     assert "note" not in rows[1] and rows[2]["note"] == "in pretraining data: shrikhande (val)"
+
+
+def test_precision_methods_differ_from_fp32_only_by_their_rounding():
+    """Stored in bf16, pooled encodings move by at most bf16's rounding of the node encodings (2^-8 of each
+    value); standardised first, by far less; the bf16 pass is a different computation and is only run."""
+    module = _script()
+    from gpse_dgl.encode import load_gpse
+
+    model = load_gpse("quickstart")
+    graphs = [undirected_graph(6, np.arange(6), (np.arange(6) + 1) % 6), undirected_graph(4, [0, 1, 2], [1, 2, 3])]
+    fp32 = module.pooled(model, graphs, "GPSE", seed=1)
+    raw = module.pooled(model, graphs, "GPSE bf16 stored", seed=1)
+    standardised = module.pooled(model, graphs, "GPSE standardised bf16 stored", seed=1)
+    passed = module.pooled(model, graphs, "GPSE bf16 pass", seed=1)
+    assert 0 < np.abs(raw - fp32).max() <= 2 ** -8 * np.abs(fp32).max() * 1.01
+    assert np.abs(standardised - fp32).max() < np.abs(raw - fp32).max()
+    assert passed.shape == fp32.shape and np.isfinite(passed).all()
+    with pytest.raises(SystemExit, match="unknown method 'GPSE fp8'"):
+        module.main(["--methods", "GPSE,GPSE fp8"])
+
+
+def test_samples_average_the_encodings_of_independent_draws():
+    import dgl
+    from gpse_dgl.encode import encode, load_gpse
+
+    module = _script()
+    model = load_gpse("quickstart")
+    graphs = [undirected_graph(6, np.arange(6), (np.arange(6) + 1) % 6), undirected_graph(4, [0, 1, 2], [1, 2, 3])]
+    one = module.pooled(model, graphs, "GPSE", seed=2)
+    two = module.pooled(model, graphs, "GPSE", seed=2, samples=2)
+    batch = dgl.batch(graphs)
+    dim_in = getattr(model, "encoder", model).dim_in
+    draws = [torch.cat([torch.randn(g.num_nodes(), dim_in, generator=torch.Generator().manual_seed(
+        2 * 100_003 + i + k * 1_000_000_007)) for i, g in enumerate(graphs)]) for k in range(2)]
+    nodes = [encode(model, batch, x=x) for x in draws]
+    sizes = batch.batch_num_nodes().tolist()
+    expected = [torch.stack([p.double().mean(0) for p in n.split(sizes)]).numpy() for n in nodes]
+    np.testing.assert_allclose(one, expected[0], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(two, (expected[0] + expected[1]) / 2, rtol=1e-5, atol=1e-5)
+    assert np.abs(two - one).max() > 1e-4  # the second draw is a new one
+    np.testing.assert_array_equal(module.pooled(model, graphs, "GPSE x=0", seed=2, samples=3),
+                                  module.pooled(model, graphs, "GPSE x=0", seed=2))

@@ -13,7 +13,8 @@ Steps (``build_pretraining_data``):
    of each skeleton instead (:data:`HASH_SPLIT_SOURCES`), so a graph's split never depends on the
    others. With ``skeleton_edits`` > 0, ring-edited copies of training graphs
    (:mod:`gpse_dgl.data.skeleton_edits`) join the training split only (:func:`add_skeleton_edits`);
-   with ``regular_graphs`` > 0, so do random connected regular graphs (:func:`add_regular_graphs`).
+   with ``regular_graphs`` > 0, so do random connected regular graphs (:func:`add_regular_graphs`), and
+   with ``cayley_graphs`` > 0 random Cayley graphs of non-cyclic groups (:func:`add_cayley_graphs`).
 3. **Targets.** ``pse.pretraining_targets`` computes the standardised node targets and raw graph
    targets once. The result is cached in DGL's binary format (one batched graph whose
    ``ndata["gpse_node_target"]`` holds the node targets; labels hold the graph targets, the per-graph
@@ -45,13 +46,14 @@ from ...pse.targets import NODE_TARGET_KEY, pretraining_targets, target_columns
 from ...utils import distributed as dist_utils
 from ...utils.errors import DatasetNotFoundError
 from .graph_collection import GraphCollection
-from .graph_sources import (HASH_SPLIT_SOURCES, SPLIT_NAMES, add_regular_graphs, add_skeleton_edits,
-                            evaluation_triples, load_source_graphs, ogb_folder, subset_and_split, unique_structures)
+from .graph_sources import (HASH_SPLIT_SOURCES, REGULAR_NODES, SPLIT_NAMES, add_cayley_graphs, add_regular_graphs,
+                            add_skeleton_edits, evaluation_triples, load_source_graphs, ogb_folder, subset_and_split,
+                            unique_structures)
 
 __all__ = ["GraphCollection", "PretrainingData", "build_pretraining_data", "standardize_graph_targets",
-           "load_source_graphs", "unique_structures", "add_skeleton_edits", "add_regular_graphs", "add_training_graphs",
-           "data_fingerprint", "describe_sizes", "split_sizes", "NODE_TARGET_KEY", "CACHE_FORMAT_VERSION",
-           "SPLIT_NAMES", "HASH_SPLIT_SOURCES", "OFF_SCALE_ON_REGULAR_GRAPHS"]
+           "load_source_graphs", "unique_structures", "add_skeleton_edits", "add_regular_graphs", "add_cayley_graphs",
+           "add_training_graphs", "data_fingerprint", "describe_sizes", "split_sizes", "NODE_TARGET_KEY",
+           "CACHE_FORMAT_VERSION", "SPLIT_NAMES", "HASH_SPLIT_SOURCES", "OFF_SCALE_ON_REGULAR_GRAPHS"]
 
 CACHE_FORMAT_VERSION = 1
 # the package's source files whose code the cache fingerprint covers (gpse_dgl/data/*.py)
@@ -120,22 +122,27 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
 
 def add_training_graphs(graphs: list, split_of_graph: torch.Tensor, data_recipe: dict, info: dict,
                          progress: bool, log) -> tuple[list, torch.Tensor, int]:
-    """Ring edits (``data.skeleton_edits``), then regular graphs (``data.regular_graphs``), both in the
-    training split only. Returns the graphs, their split codes and the index of the first regular graph."""
-    edits, regular = data_recipe["skeleton_edits"], data_recipe.get("regular_graphs", 0)
-    # excluded evaluation graphs must not come back as an edit or a drawn regular graph
-    avoid = evaluation_triples(data_recipe.get("exclude_graphs") or []) if edits > 0 or regular > 0 else []
+    """Ring edits (``data.skeleton_edits``), then regular graphs (``data.regular_graphs``), then Cayley graphs
+    (``data.cayley_graphs``), all in the training split only. Returns the graphs, their split codes and the
+    index of the first added regular or Cayley graph."""
+    edits = data_recipe["skeleton_edits"]
+    added = {"regular_graphs": (add_regular_graphs, "random regular"),
+             "cayley_graphs": (add_cayley_graphs, "random Cayley")}
+    wanted = {key: data_recipe.get(key, 0) for key in added}  # absent from older recipes
+    # excluded evaluation graphs must not come back as an edit or an added graph
+    avoid = (evaluation_triples(data_recipe.get("exclude_graphs") or [])
+             if edits > 0 or any(wanted.values()) else [])
     if edits > 0:
         graphs, split_of_graph, info["skeleton_edits"] = add_skeleton_edits(
             graphs, split_of_graph, edits, data_recipe["split_seed"], progress, avoid=avoid)
         log(f"data: added {info['skeleton_edits']['added']:,} ring-edited training graphs "
             f"(data.skeleton_edits = {edits:g})")
     first_regular = len(graphs)
-    if regular > 0:
-        graphs, split_of_graph, info["regular_graphs"] = add_regular_graphs(
-            graphs, split_of_graph, regular, data_recipe["split_seed"], progress, avoid=avoid)
-        log(f"data: added {info['regular_graphs']['added']:,} random regular training graphs "
-            f"(data.regular_graphs = {regular:g})")
+    for key, (add, words) in added.items():
+        if wanted[key] > 0:
+            graphs, split_of_graph, info[key] = add(graphs, split_of_graph, wanted[key], data_recipe["split_seed"],
+                                                    progress, avoid=avoid, nodes=data_recipe.get("added_graph_nodes"))
+            log(f"data: added {info[key]['added']:,} {words} training graphs (data.{key} = {wanted[key]:g})")
     return graphs, split_of_graph, first_regular
 
 
@@ -226,8 +233,12 @@ def _data_settings(data_recipe: dict) -> dict:
                 ("source", "max_graphs", "split", "split_seed", "node_targets", "graph_targets")}
     if data_recipe["skeleton_edits"]:  # absent from older fingerprints: their caches stay valid
         settings["skeleton_edits"] = data_recipe["skeleton_edits"]
-    if data_recipe.get("regular_graphs", 0):  # absent from older recipes and fingerprints
-        settings["regular_graphs"] = data_recipe["regular_graphs"]
+    for key in ("regular_graphs", "cayley_graphs"):  # absent from older recipes and fingerprints
+        if data_recipe.get(key, 0):
+            settings[key] = data_recipe[key]
+    nodes = [int(n) for n in data_recipe.get("added_graph_nodes") or REGULAR_NODES]
+    if _adds_regular(data_recipe) and nodes != list(REGULAR_NODES):  # absent from older fingerprints
+        settings["added_graph_nodes"] = nodes
     if data_recipe.get("exclude_graphs"):  # absent from older recipes and fingerprints
         settings["exclude_graphs"] = list(data_recipe["exclude_graphs"])
     if data_recipe["source"] == "smiles":
@@ -237,15 +248,20 @@ def _data_settings(data_recipe: dict) -> dict:
     return settings
 
 
+def _adds_regular(data_recipe: dict) -> bool:
+    return bool(data_recipe.get("regular_graphs", 0) or data_recipe.get("cayley_graphs", 0))
+
+
 def data_fingerprint(data_recipe: dict) -> str:
     """Hex digest of everything that determines the cached graphs and targets."""
     settings = _data_settings(data_recipe)
     settings.update(cache_format=CACHE_FORMAT_VERSION, source_content=_source_digest(data_recipe),
                     target_code=code_digest("pse"),
                     skeleton_code=file_sha256(_DATA_CODE / "molecules.py"))
-    if data_recipe["skeleton_edits"] or data_recipe.get("regular_graphs", 0):  # the code that draws and dedups them
-        settings["edit_code"] = json_digest([file_sha256(_DATA_CODE / name)
-                                             for name in ("skeleton_edits.py", "synthetic.py")]
+    if data_recipe["skeleton_edits"] or _adds_regular(data_recipe):  # the code that draws and dedups them
+        cayley = ("cayley.py",) if data_recipe.get("cayley_graphs") else ()
+        code_files = ("skeleton_edits.py", "synthetic.py", *cayley)
+        settings["edit_code"] = json_digest([file_sha256(_DATA_CODE / name) for name in code_files]
                                             + [file_sha256(Path(__file__).parent / "graph_sources.py"),
                                                inspect.getsource(add_training_graphs),
                                                inspect.getsource(_forget_off_scale_targets),

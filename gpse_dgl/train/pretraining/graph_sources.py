@@ -10,6 +10,7 @@
   occur in a corpus, and in which split.
 * :func:`add_skeleton_edits`: ring-edited copies of training graphs, in the training split only.
 * :func:`add_regular_graphs`: random connected regular graphs, in the training split only.
+* :func:`add_cayley_graphs`: random connected Cayley graphs of non-cyclic groups, in the training split only.
 
 Example
 -------
@@ -31,6 +32,7 @@ import torch
 from ... import _env  # noqa: F401
 import dgl
 
+from ...data.cayley import non_cyclic_groups, random_cayley_edges
 from ...data.dataset import random_split
 from ...data.families import evaluation_graphs
 from ...data.ogb import ogb_dir_name, ogb_meta
@@ -193,36 +195,80 @@ def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: fl
                                    np.random.default_rng([seed, 0x5E1E]), "ring edits", progress)
 
 
-#: degrees and sizes of :func:`add_regular_graphs`' graphs
+#: degrees and default sizes (inclusive; recipe key ``data.added_graph_nodes``) of the added regular graphs
+#: (:func:`add_regular_graphs`, :func:`add_cayley_graphs`)
 REGULAR_DEGREES = (3, 4, 5)
 REGULAR_NODES = (8, 64)
 
 
 def add_regular_graphs(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int,
-                       progress: bool = False, avoid: Sequence[tuple] = ()):
+                       progress: bool = False, avoid: Sequence[tuple] = (), nodes: Sequence[int] | None = None):
     """Append ``round(per_graph * num_train)`` random connected regular graphs to the training split.
 
-    Degrees are drawn from :data:`REGULAR_DEGREES` and sizes from :data:`REGULAR_NODES` (inclusive).
-    Inside a regular graph every node looks the same to colour refinement, so only the random input
-    lets the encoder tell nodes and graphs apart: these graphs train exactly what molecules, where
-    1-WL already explains almost all of the targets, rarely ask of it. Graphs that repeat a source graph
-    (validation and test included), one of ``avoid`` or an earlier one are drawn again, as with
-    :func:`add_skeleton_edits`. Returns ``(graphs, split_of_graph, stats)``.
+    Degrees are drawn from :data:`REGULAR_DEGREES` and sizes from ``nodes`` (inclusive; default
+    :data:`REGULAR_NODES`). Inside a regular graph every node looks the same to colour refinement, so only
+    the random input lets the encoder tell nodes and graphs apart: these graphs train exactly what
+    molecules, where 1-WL already explains almost all of the targets, rarely ask of it. Graphs that repeat
+    a source graph (validation and test included), one of ``avoid`` or an earlier one are drawn again, as
+    with :func:`add_skeleton_edits`. Returns ``(graphs, split_of_graph, stats)``.
     """
-    wanted = int(round(per_graph * int((split_of_graph == 0).sum())))
-    low, high = REGULAR_NODES
+    low, high = (int(n) for n in (nodes or REGULAR_NODES))
 
     def draw(rng):
         degree = int(rng.choice(REGULAR_DEGREES))
         num_nodes = int(rng.integers(max(low, degree + 1), high + 1))
         num_nodes -= (num_nodes * degree) % 2  # an odd number of stubs cannot be paired
-        return connected_regular_edges(num_nodes, degree, rng)
+        return connected_regular_edges(num_nodes, degree, rng) if num_nodes > degree else None
 
+    return _append_regular(graphs, split_of_graph, per_graph, draw, high, avoid, [seed, 0x4E6A], "regular graphs",
+                           progress)
+
+
+def add_cayley_graphs(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int,
+                      progress: bool = False, avoid: Sequence[tuple] = (), nodes: Sequence[int] | None = None):
+    """Append ``round(per_graph * num_train)`` random connected Cayley graphs to the training split.
+
+    Groups are the non-cyclic abelian and the dihedral groups with ``nodes`` elements (inclusive; default
+    :data:`REGULAR_NODES`), connection sets random with a size from :data:`REGULAR_DEGREES`
+    (:mod:`gpse_dgl.data.cayley`). Vertex-transitive like the regular graphs of :func:`add_regular_graphs`,
+    so 1-WL sees every node alike, but full of short cycles, whose counts set their return probabilities
+    and spectra apart: a signal only the random input can carry. Cyclic groups (whose Cayley graphs are the
+    circulants CSL and ``benchmarks/expressivity.py`` hold out) are never used. Repeats are drawn again as
+    in :func:`add_regular_graphs`; the regular graphs already added count as repeats. Returns
+    ``(graphs, split_of_graph, stats)``.
+    """
+    low, high = (int(n) for n in (nodes or REGULAR_NODES))
+    groups = non_cyclic_groups(low, high)
+    if not groups:
+        raise RecipeError(f"data.added_graph_nodes = [{low}, {high}]: no non-cyclic group of that order (the "
+                          f"smallest has 4 elements)")
+
+    def draw(rng):
+        _, mul, inv = groups[int(rng.integers(len(groups)))]
+        degree = int(rng.choice(REGULAR_DEGREES))
+        return random_cayley_edges(mul, inv, degree, rng, max_tries=5) if degree < len(inv) else None
+
+    return _append_regular(graphs, split_of_graph, per_graph, draw, high, avoid, [seed, 0xCA7E], "Cayley graphs",
+                           progress, key=_spectral_key)
+
+
+def _append_regular(graphs: list, split_of_graph: torch.Tensor, per_graph: float, draw, max_nodes: int,
+                    avoid: Sequence[tuple], rng_seed: list, desc: str, progress: bool, key=None):
+    wanted = int(round(per_graph * int((split_of_graph == 0).sum())))
     # only a regular graph of one of those degrees can equal a drawn graph
-    regular = [(g.num_nodes(), *edges) for g in graphs if g.num_nodes() <= high
+    regular = [(g.num_nodes(), *edges) for g in graphs if g.num_nodes() <= max_nodes
                for edges in [graph_simple_edges(g)] if _is_regular(g.num_nodes(), *edges)]
     return _append_training_graphs(graphs, split_of_graph, wanted, draw, regular + list(avoid),
-                                   np.random.default_rng([seed, 0x4E6A]), "regular graphs", progress)
+                                   np.random.default_rng(rng_seed), desc, progress, key or _skeleton_key)
+
+
+def _spectral_key(num_nodes: int, u: np.ndarray, v: np.ndarray) -> tuple:
+    """Node count and rounded adjacency spectrum: equal for isomorphic graphs, and for the rare cospectral
+    pair too (then one is skipped). RDKit's canonical ranking (:func:`_skeleton_key`) can take minutes and
+    gigabytes on a vertex-transitive graph of 64 nodes, whose nodes all tie."""
+    adjacency = np.zeros((num_nodes, num_nodes))
+    adjacency[u, v] = adjacency[v, u] = 1.0
+    return num_nodes, tuple(np.round(np.linalg.eigvalsh(adjacency), 6) + 0.0)
 
 
 def _is_regular(num_nodes: int, u: np.ndarray, v: np.ndarray) -> bool:
@@ -231,11 +277,12 @@ def _is_regular(num_nodes: int, u: np.ndarray, v: np.ndarray) -> bool:
 
 
 def _append_training_graphs(graphs: list, split_of_graph: torch.Tensor, wanted: int, draw, existing: list,
-                            rng: np.random.Generator, desc: str, progress: bool):
+                            rng: np.random.Generator, desc: str, progress: bool, key=None):
     """Append up to ``wanted`` graphs from ``draw(rng)`` (``(num_nodes, u, v)`` or None) to the training
     split, skipping any that repeats one of ``existing`` (``(num_nodes, u, v)`` triples) or an earlier
-    draw; gives up after 20 draws per wanted graph."""
-    seen = {_skeleton_key(*edges) for edges in existing}
+    draw by ``key`` (default :func:`_skeleton_key`); gives up after 20 draws per wanted graph."""
+    key = key or _skeleton_key
+    seen = {key(*edges) for edges in existing}
     added, attempts = [], 0
     bar = progress_bar(None, progress and wanted > 0, total=wanted, desc=desc, unit="graph", leave=False)
     while len(added) < wanted and attempts < 20 * wanted:
@@ -243,9 +290,9 @@ def _append_training_graphs(graphs: list, split_of_graph: torch.Tensor, wanted: 
         drawn = draw(rng)
         if drawn is None:
             continue
-        key = _skeleton_key(*drawn)
-        if key not in seen:
-            seen.add(key)
+        drawn_key = key(*drawn)
+        if drawn_key not in seen:
+            seen.add(drawn_key)
             added.append(undirected_graph(*drawn))
             if bar is not None:
                 bar.update(1)

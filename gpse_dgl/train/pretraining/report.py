@@ -132,9 +132,10 @@ def write_checkpoint_report(checkpoint, out_dir, dataset: str | None = None, roo
     recipe = _checkpoint_recipe(checkpoint, payload)
     data_recipe = copy.deepcopy(recipe["data"])
     if dataset is not None and dataset != data_recipe["source"]:
-        data_recipe.update(source=dataset, root=root, skeleton_edits=0.0, regular_graphs=0.0)
+        data_recipe.update(source=dataset, root=root, skeleton_edits=0.0, regular_graphs=0.0,
+                           cayley_graphs=0.0)
     if max_graphs is not None:
-        data_recipe.update(max_graphs=max_graphs, skeleton_edits=0.0, regular_graphs=0.0)
+        data_recipe.update(max_graphs=max_graphs, skeleton_edits=0.0, regular_graphs=0.0, cayley_graphs=0.0)
     history = payload.get("history") or []
     about = {"checkpoint": str(checkpoint), "data": data_recipe["source"],
              "best epoch": payload.get("best_epoch"), "epochs trained": payload.get("epoch")}
