@@ -33,6 +33,8 @@ from typing import Sequence
 
 import numpy as np
 
+from .synthetic import is_connected
+
 __all__ = ["abelian_group", "dihedral_group", "non_cyclic_groups", "cayley_edges", "random_cayley_edges"]
 
 
@@ -124,18 +126,7 @@ def random_cayley_edges(mul: np.ndarray, inv: np.ndarray, degree: int, rng: np.r
         if len(chosen) != degree:
             continue
         edges = cayley_edges(mul, inv, sorted(chosen))
-        if _connected(n, edges[1], edges[2]):
+        if is_connected(n, edges[1], edges[2]):
             return edges
     return None
 
-
-def _connected(num_nodes: int, u: np.ndarray, v: np.ndarray) -> bool:
-    reached = np.zeros(num_nodes, dtype=bool)
-    reached[0] = True
-    while True:  # grow the reached set across edges until it stops changing
-        grown = reached.copy()
-        grown[v[reached[u]]] = True
-        grown[u[reached[v]]] = True
-        if (grown == reached).all():
-            return bool(reached.all())
-        reached = grown

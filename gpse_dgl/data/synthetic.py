@@ -27,7 +27,7 @@ from .splits import stratified_kfold
 __all__ = [
     "CSL_SKIPS", "CSL_NUM_NODES", "csl_graph", "csl_dataset", "WL_PAIRS", "wl_pair_graphs",
     "wl_pairs_dataset", "undirected_graph", "erdos_renyi_graphs", "random_regular_graphs", "connected_regular_edges",
-    "knn_graphs",
+    "is_connected", "knn_graphs",
     "chain_graphs", "cycle_graphs", "random_graph", "synthetic_node_dataset", "ARXIV_SIZE", "PROTEINS_SIZE",
 ]
 
@@ -266,7 +266,7 @@ def connected_regular_edges(num_nodes: int, degree: int, rng: np.random.Generato
         raise ValueError(f"no {degree}-regular simple graph on {num_nodes} nodes")
     for _ in range(max_tries):
         edges = _pair_stubs(num_nodes, degree, rng)
-        if edges is not None and _is_connected(num_nodes, *edges):
+        if edges is not None and is_connected(num_nodes, *edges):
             return num_nodes, *edges
     return None
 
@@ -291,7 +291,8 @@ def _pair_stubs(num_nodes: int, degree: int, rng: np.random.Generator):
     return np.array(u, dtype=np.int64), np.array(v, dtype=np.int64)
 
 
-def _is_connected(num_nodes: int, u: np.ndarray, v: np.ndarray) -> bool:
+def is_connected(num_nodes: int, u: np.ndarray, v: np.ndarray) -> bool:
+    """Whether the undirected graph with edges ``(u, v)`` on ``num_nodes`` nodes is connected."""
     adjacency = coo_matrix((np.ones(len(u)), (u, v)), shape=(num_nodes, num_nodes))
     return connected_components(adjacency, directed=False)[0] == 1
 
