@@ -10,8 +10,8 @@ Every set is a group of graphs that colour refinement (1-WL) cannot tell apart, 
   csl]`` to remove them).
 * HELD-OUT set (reported only, never used to choose): EXP's 1-WL-equivalent pairs (read from disk when
   there, else skipped with a line), strongly regular families (4 x 4 rook's graph vs Shrikhande; Latin
-  square graphs of 10 main classes of order 7) and circulant families of sizes and degrees outside the
-  default model's added regular graphs (degree 3-5, 8-64 nodes): :data:`gpse_dgl.data.families.FAMILIES`.
+  square graphs of 10 main classes of order 7) and circulant families whose size and degree no added
+  pretraining graph of the default model has together: :data:`gpse_dgl.data.families.FAMILIES`.
 
 Protocol (cheap, no training): every class gets ``--copies`` randomly relabelled copies; each copy is
 encoded and its node encodings mean-pooled into one vector; the score is leave-one-out nearest-centroid
@@ -36,7 +36,7 @@ trains a GIN on the encodings: ``python benchmarks/csl.py`` (RESULTS 8).
 Run::
 
     python benchmarks/expressivity.py                          # shipped default model, about 3 minutes
-    python benchmarks/expressivity.py --corpus recipes/rdkit-base-stage4.yaml   # check its added graphs too
+    python benchmarks/expressivity.py --corpus recipes/rdkit-base-stage5.yaml   # check its added graphs too
     python benchmarks/expressivity.py --checkpoint runs/x/best.pt --out benchmarks/results/expressivity-x
     python benchmarks/expressivity.py --methods GPSE --samples 8    # 8 draws of the random input averaged
 

@@ -107,7 +107,7 @@ def test_added_cayley_graphs_are_training_only_new_in_range_and_seeded():
     for graph in out[100:]:
         degrees = graph.in_degrees()
         assert 8 <= graph.num_nodes() <= 20 and graph.num_edges() == int(degrees.sum())
-        assert int(degrees[0]) in graph_sources.REGULAR_DEGREES and bool((degrees == degrees[0]).all())
+        assert 3 <= int(degrees[0]) <= 5 and bool((degrees == degrees[0]).all())  # the default degrees
         assert graph.num_nodes() not in (11, 13, 17, 19)  # prime orders: only cyclic groups
     keys = [_spectral_key(g.num_nodes(), *graph_simple_edges(g)) for g in out[100:]]
     assert len(set(keys)) == len(keys)
@@ -138,6 +138,20 @@ def test_regular_graph_sizes_follow_the_node_range():
         add_cayley_graphs([ring], torch.zeros(1, dtype=torch.long), 1.0, seed=0, nodes=(5, 5))
 
 
+def test_added_graph_degrees_follow_the_degree_range():
+    ring = undirected_graph(8, np.arange(8), (np.arange(8) + 1) % 8)
+    graphs, split = [ring] * 40, torch.zeros(40, dtype=torch.long)
+    for add in (add_regular_graphs, add_cayley_graphs):
+        out, _, stats = add(graphs, split, 1.0, seed=0, nodes=(18, 40), degrees=(6, 8))
+        found = {int(g.in_degrees()[0]) for g in out[40:]}
+        assert stats["added"] == 40 and found == {6, 7, 8}, (add.__name__, found)
+        assert all(18 <= g.num_nodes() <= 40 for g in out[40:])
+    # no degree range means 3 to 5: the same draws as the explicit default
+    plain, _, _ = add_regular_graphs(graphs, split, 1.0, seed=0, nodes=(8, 32))
+    explicit, _, _ = add_regular_graphs(graphs, split, 1.0, seed=0, nodes=(8, 32), degrees=(3, 5))
+    assert [graph_simple_edges(g)[0].tolist() for g in plain] == [graph_simple_edges(g)[0].tolist() for g in explicit]
+
+
 def test_recipe_keys_add_cayley_graphs_and_change_the_cache(tmp_path):
     from gpse_dgl.train.pretraining.data import _data_settings, build_pretraining_data, data_fingerprint
     from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
@@ -149,10 +163,12 @@ def test_recipe_keys_add_cayley_graphs_and_change_the_cache(tmp_path):
     # older recipes keep their fingerprints: the default node range is not part of them
     assert "added_graph_nodes" not in _data_settings(data_recipe(regular_graphs=0.5))
     assert "cayley_graphs" not in _data_settings(data_recipe(regular_graphs=0.5))
+    assert "added_graph_degrees" not in _data_settings(data_recipe(regular_graphs=0.5, added_graph_degrees=[3, 5]))
     prints = {data_fingerprint(data_recipe(**d)) for d in
               ({}, {"regular_graphs": 0.5}, {"regular_graphs": 0.5, "added_graph_nodes": [8, 32]},
+               {"regular_graphs": 0.5, "added_graph_degrees": [3, 8]},
                {"cayley_graphs": 0.5}, {"cayley_graphs": 0.5, "added_graph_nodes": [8, 32]})}
-    assert len(prints) == 5
+    assert len(prints) == 6
     messages = []
     extra = build_pretraining_data(data_recipe(cayley_graphs=0.5, added_graph_nodes=[8, 16]), log=messages.append)
     added = extra.info["cayley_graphs"]["added"]
@@ -173,3 +189,44 @@ def test_a_bad_node_range_names_the_key(nodes, message):
     with pytest.raises(RecipeError, match="added_graph_nodes") as error:
         validate_pretrain_recipe({"data": {"added_graph_nodes": nodes}}, "recipe.yaml")
     assert message in str(error.value) and "recipe.yaml" in str(error.value)
+
+
+@pytest.mark.parametrize("degrees,message", [([1, 5], "2 <= smallest"), ([8, 3], "smallest <= largest"),
+                                             ([3, 4.5], "whole numbers")])
+def test_a_bad_degree_range_names_the_key(degrees, message):
+    from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
+
+    with pytest.raises(RecipeError, match="added_graph_degrees") as error:
+        validate_pretrain_recipe({"data": {"added_graph_degrees": degrees}}, "recipe.yaml")
+    assert message in str(error.value) and "recipe.yaml" in str(error.value)
+
+
+def test_cycle_targets_of_added_graphs_are_never_computed(monkeypatch):
+    """Added regular and Cayley graphs get NaN cycle targets without counting: a 10-regular graph of 40
+    nodes has more short paths than cycle counting holds in memory. The other targets are those of a
+    computation over all graphs."""
+    from gpse_dgl.train.pretraining import data as data_module
+
+    molecules = [undirected_graph(6, np.arange(6), (np.arange(6) + 1) % 6), undirected_graph(3, [0, 1], [1, 2])]
+    square = np.array([0, 1, 2, 3])
+    regular = [undirected_graph(8, np.concatenate([square, square + 4, square]),  # the cube
+                                np.concatenate([(square + 1) % 4, (square + 1) % 4 + 4, square + 4]))]
+    graphs = molecules + regular
+    recipe = {"target_device": None}
+    calls = []
+    real = data_module._compute_targets
+
+    def recorded(part, node_names, graph_names, *args):
+        calls.append((len(part), list(graph_names)))
+        return real(part, node_names, graph_names, *args)
+
+    monkeypatch.setattr(data_module, "_compute_targets", recorded)
+    nodes, graph = ["RWSE"], ["EigVals", "CycleGE"]
+    split = data_module._targets_with_unknowns(graphs, nodes, graph, recipe, False, first=2)
+    assert calls == [(2, graph), (1, ["EigVals"])]
+    whole = real(graphs, nodes, graph, recipe, False)
+    eig = len(data_module.target_columns([], ["EigVals"]))
+    torch.testing.assert_close(split.node_targets, whole.node_targets)
+    torch.testing.assert_close(split.graph_targets[:, :eig], whole.graph_targets[:, :eig])
+    torch.testing.assert_close(split.graph_targets[:2], whole.graph_targets[:2])
+    assert bool(torch.isnan(split.graph_targets[2:, eig:]).all())

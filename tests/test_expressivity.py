@@ -168,16 +168,15 @@ def test_exclude_graphs_leaves_them_out_before_the_split():
     assert find_evaluation_graphs(graphs, ["wl-pairs", "csl"]) == []
 
 
-def test_added_regular_graphs_avoid_excluded_graphs(monkeypatch):
+def test_added_regular_graphs_avoid_excluded_graphs():
     # only one graph can be drawn (K4: 3-regular on 4 nodes); avoiding it leaves nothing to add
-    monkeypatch.setattr(graph_sources, "REGULAR_DEGREES", (3,))
-    monkeypatch.setattr(graph_sources, "REGULAR_NODES", (4, 4))
     path = undirected_graph(3, np.array([0, 1]), np.array([1, 2]))
     split = torch.zeros(1, dtype=torch.int64)
-    _, _, stats = add_regular_graphs([path], split, 1.0, seed=0)
+    _, _, stats = add_regular_graphs([path], split, 1.0, seed=0, nodes=(4, 4), degrees=(3, 3))
     assert stats["added"] == 1
     k4 = undirected_graph(4, *np.triu_indices(4, 1))
-    _, _, stats = add_regular_graphs([path], split, 1.0, seed=0, avoid=[(4, *graph_simple_edges(k4))])
+    _, _, stats = add_regular_graphs([path], split, 1.0, seed=0, avoid=[(4, *graph_simple_edges(k4))],
+                                     nodes=(4, 4), degrees=(3, 3))
     assert stats["added"] == 0
 
 

@@ -175,9 +175,10 @@ def _register_builtins() -> None:
     register_model(ModelSpec(
         name="rdkit-base", num_layers=16, dim_hidden=256, format="gpse-dgl", file_name="gpse_rdkit_base.pt",
         training_data="rdkit-molecules: 13,893 unique skeletons of every molecule file shipped with RDKit "
-                      "+ ring-edited copies (+ random regular graphs in the last stage)",
-        heldout_r2="0.972 test / 0.973 val (benchmarks/RESULTS.md section 2d)",
-        source="shipped with gpse-dgl (recipes/rdkit-base.yaml, then rdkit-base-stage2, -stage3 and -stage4.yaml)"))
+                      "+ ring-edited copies (+ random regular graphs in the last two stages, Cayley graphs "
+                      "in the last)",
+        heldout_r2="0.974 test / 0.975 val (benchmarks/RESULTS.md section 2d)",
+        source="shipped with gpse-dgl (recipes/rdkit-base.yaml, then rdkit-base-stage2 to -stage5.yaml)"))
     register_model(ModelSpec(
         name="quickstart", num_layers=12, dim_hidden=64, format="gpse-dgl", file_name="gpse_quickstart.pt",
         training_data="embedded-molecules: 3,071 NCI skeletons shipped with RDKit + ring-edited copies",

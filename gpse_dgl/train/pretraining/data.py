@@ -46,9 +46,9 @@ from ...pse.targets import NODE_TARGET_KEY, pretraining_targets, target_columns
 from ...utils import distributed as dist_utils
 from ...utils.errors import DatasetNotFoundError
 from .graph_collection import GraphCollection
-from .graph_sources import (HASH_SPLIT_SOURCES, REGULAR_NODES, SPLIT_NAMES, add_cayley_graphs, add_regular_graphs,
-                            add_skeleton_edits, evaluation_triples, load_source_graphs, ogb_folder, subset_and_split,
-                            unique_structures)
+from .graph_sources import (HASH_SPLIT_SOURCES, REGULAR_DEGREES, REGULAR_NODES, SPLIT_NAMES, add_cayley_graphs,
+                            add_regular_graphs, add_skeleton_edits, evaluation_triples, load_source_graphs, ogb_folder,
+                            subset_and_split, unique_structures)
 
 __all__ = ["GraphCollection", "PretrainingData", "build_pretraining_data", "standardize_graph_targets",
            "load_source_graphs", "unique_structures", "add_skeleton_edits", "add_regular_graphs", "add_cayley_graphs",
@@ -103,8 +103,7 @@ def build_pretraining_data(data_recipe: dict, progress: bool = False, log=print)
                                                                      progress, log)
         log(f"data: computing targets of {len(graphs)} graphs "
             f"({', '.join(node_names + graph_names)})")
-        collection = _compute_targets_sharded(graphs, node_names, graph_names, data_recipe, progress)
-        _forget_off_scale_targets(collection, graph_names, first_regular)
+        collection = _targets_with_unknowns(graphs, node_names, graph_names, data_recipe, progress, first_regular)
         if dist_utils.current().is_main:
             _save_cache(cache_path, fingerprint, collection, split_of_graph, info)
         info["cache"] = "written"
@@ -141,7 +140,8 @@ def add_training_graphs(graphs: list, split_of_graph: torch.Tensor, data_recipe:
     for key, (add, words) in added.items():
         if wanted[key] > 0:
             graphs, split_of_graph, info[key] = add(graphs, split_of_graph, wanted[key], data_recipe["split_seed"],
-                                                    progress, avoid=avoid, nodes=data_recipe.get("added_graph_nodes"))
+                                                    progress, avoid=avoid, nodes=data_recipe.get("added_graph_nodes"),
+                                                    degrees=data_recipe.get("added_graph_degrees"))
             log(f"data: added {info[key]['added']:,} {words} training graphs (data.{key} = {wanted[key]:g})")
     return graphs, split_of_graph, first_regular
 
@@ -152,15 +152,26 @@ def add_training_graphs(graphs: list, split_of_graph: torch.Tensor, data_recipe:
 OFF_SCALE_ON_REGULAR_GRAPHS = ("CycleGE",)
 
 
-def _forget_off_scale_targets(collection: GraphCollection, graph_names: Sequence[str], first: int) -> None:
-    """Set the :data:`OFF_SCALE_ON_REGULAR_GRAPHS` columns of graphs ``first:`` to NaN (unknown to the loss)."""
-    if first >= len(collection):
-        return
-    start = 0
-    for name, width in ((n, len(target_columns([], [n]))) for n in graph_names):
+def _targets_with_unknowns(graphs: list, node_names: list, graph_names: list, data_recipe: dict, progress: bool,
+                           first: int) -> GraphCollection:
+    """Targets of ``graphs``, with the :data:`OFF_SCALE_ON_REGULAR_GRAPHS` columns of graphs ``first:`` (the
+    added regular and Cayley graphs) NaN, unknown to the loss. Those columns are never computed there: a
+    dense regular graph has more short paths than cycle counting can hold in memory."""
+    collection = _compute_targets_sharded(graphs[:first], node_names, graph_names, data_recipe, progress)
+    if first >= len(graphs):
+        return collection
+    known = [name for name in graph_names if name not in OFF_SCALE_ON_REGULAR_GRAPHS]
+    added = _compute_targets_sharded(graphs[first:], node_names, known, data_recipe, progress)
+    columns, start = [], 0
+    for name in graph_names:
+        width = len(target_columns([], [name]))
         if name in OFF_SCALE_ON_REGULAR_GRAPHS:
-            collection.graph_targets[first:, start:start + width] = float("nan")
-        start += width
+            columns.append(torch.full((len(graphs) - first, width), float("nan")))
+        else:
+            columns.append(added.graph_targets[:, start:start + width])
+            start += width
+    added.graph_targets = torch.cat(columns, dim=1)
+    return GraphCollection.concatenate([collection, added])
 
 
 def standardize_graph_targets(splits: dict[str, GraphCollection]) -> dict[str, torch.Tensor]:
@@ -236,9 +247,10 @@ def _data_settings(data_recipe: dict) -> dict:
     for key in ("regular_graphs", "cayley_graphs"):  # absent from older recipes and fingerprints
         if data_recipe.get(key, 0):
             settings[key] = data_recipe[key]
-    nodes = [int(n) for n in data_recipe.get("added_graph_nodes") or REGULAR_NODES]
-    if _adds_regular(data_recipe) and nodes != list(REGULAR_NODES):  # absent from older fingerprints
-        settings["added_graph_nodes"] = nodes
+    for key, default in (("added_graph_nodes", REGULAR_NODES), ("added_graph_degrees", REGULAR_DEGREES)):
+        values = [int(n) for n in data_recipe.get(key) or default]
+        if _adds_regular(data_recipe) and values != list(default):  # absent from older fingerprints
+            settings[key] = values
     if data_recipe.get("exclude_graphs"):  # absent from older recipes and fingerprints
         settings["exclude_graphs"] = list(data_recipe["exclude_graphs"])
     if data_recipe["source"] == "smiles":
@@ -264,7 +276,7 @@ def data_fingerprint(data_recipe: dict) -> str:
         settings["edit_code"] = json_digest([file_sha256(_DATA_CODE / name) for name in code_files]
                                             + [file_sha256(Path(__file__).parent / "graph_sources.py"),
                                                inspect.getsource(add_training_graphs),
-                                               inspect.getsource(_forget_off_scale_targets),
+                                               inspect.getsource(_targets_with_unknowns),
                                                list(OFF_SCALE_ON_REGULAR_GRAPHS)])
     if data_recipe.get("exclude_graphs"):  # the code that builds the evaluation graphs and matches them
         settings["exclude_code"] = json_digest([file_sha256(_DATA_CODE / name)

@@ -195,69 +195,80 @@ def add_skeleton_edits(graphs: list, split_of_graph: torch.Tensor, per_graph: fl
                                    np.random.default_rng([seed, 0x5E1E]), "ring edits", progress)
 
 
-#: degrees and default sizes (inclusive; recipe key ``data.added_graph_nodes``) of the added regular graphs
-#: (:func:`add_regular_graphs`, :func:`add_cayley_graphs`)
-REGULAR_DEGREES = (3, 4, 5)
+#: default degrees and sizes (inclusive; recipe keys ``data.added_graph_degrees`` and
+#: ``data.added_graph_nodes``) of the added regular and Cayley graphs (:func:`add_regular_graphs`,
+#: :func:`add_cayley_graphs`)
+REGULAR_DEGREES = (3, 5)
 REGULAR_NODES = (8, 64)
 
 
 def add_regular_graphs(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int,
-                       progress: bool = False, avoid: Sequence[tuple] = (), nodes: Sequence[int] | None = None):
+                       progress: bool = False, avoid: Sequence[tuple] = (), nodes: Sequence[int] | None = None,
+                       degrees: Sequence[int] | None = None):
     """Append ``round(per_graph * num_train)`` random connected regular graphs to the training split.
 
-    Degrees are drawn from :data:`REGULAR_DEGREES` and sizes from ``nodes`` (inclusive; default
-    :data:`REGULAR_NODES`). Inside a regular graph every node looks the same to colour refinement, so only
-    the random input lets the encoder tell nodes and graphs apart: these graphs train exactly what
-    molecules, where 1-WL already explains almost all of the targets, rarely ask of it. Graphs that repeat
-    a source graph (validation and test included), one of ``avoid`` or an earlier one are drawn again, as
-    with :func:`add_skeleton_edits`. Returns ``(graphs, split_of_graph, stats)``.
+    Degrees are drawn uniformly from ``degrees`` and sizes from ``nodes`` (both inclusive ranges; defaults
+    :data:`REGULAR_DEGREES` and :data:`REGULAR_NODES`). Inside a regular graph every node looks the same to
+    colour refinement, so only the random input lets the encoder tell nodes and graphs apart: these graphs
+    train exactly what molecules, where 1-WL already explains almost all of the targets, rarely ask of it.
+    Graphs that repeat a source graph (validation and test included), one of ``avoid`` or an earlier one are
+    drawn again, as with :func:`add_skeleton_edits`. Returns ``(graphs, split_of_graph, stats)``.
     """
     low, high = (int(n) for n in (nodes or REGULAR_NODES))
+    degree_choices = _degree_choices(degrees)
 
     def draw(rng):
-        degree = int(rng.choice(REGULAR_DEGREES))
+        degree = int(rng.choice(degree_choices))
         num_nodes = int(rng.integers(max(low, degree + 1), high + 1))
         num_nodes -= (num_nodes * degree) % 2  # an odd number of stubs cannot be paired
         return connected_regular_edges(num_nodes, degree, rng) if num_nodes > degree else None
 
-    return _append_regular(graphs, split_of_graph, per_graph, draw, high, avoid, [seed, 0x4E6A], "regular graphs",
-                           progress)
+    return _append_regular(graphs, split_of_graph, per_graph, draw, high, degree_choices, avoid, [seed, 0x4E6A],
+                           "regular graphs", progress)
 
 
 def add_cayley_graphs(graphs: list, split_of_graph: torch.Tensor, per_graph: float, seed: int,
-                      progress: bool = False, avoid: Sequence[tuple] = (), nodes: Sequence[int] | None = None):
+                      progress: bool = False, avoid: Sequence[tuple] = (), nodes: Sequence[int] | None = None,
+                      degrees: Sequence[int] | None = None):
     """Append ``round(per_graph * num_train)`` random connected Cayley graphs to the training split.
 
     Groups are the non-cyclic abelian and the dihedral groups with ``nodes`` elements (inclusive; default
-    :data:`REGULAR_NODES`), connection sets random with a size from :data:`REGULAR_DEGREES`
-    (:mod:`gpse_dgl.data.cayley`). Vertex-transitive like the regular graphs of :func:`add_regular_graphs`,
-    so 1-WL sees every node alike, but full of short cycles, whose counts set their return probabilities
-    and spectra apart: a signal only the random input can carry. Cyclic groups (whose Cayley graphs are the
-    circulants CSL and ``benchmarks/expressivity.py`` hold out) are never used. Repeats are drawn again as
-    in :func:`add_regular_graphs`; the regular graphs already added count as repeats. Returns
-    ``(graphs, split_of_graph, stats)``.
+    :data:`REGULAR_NODES`), connection sets random with a size from ``degrees`` (inclusive; default
+    :data:`REGULAR_DEGREES`; :mod:`gpse_dgl.data.cayley`). Vertex-transitive like the regular graphs of
+    :func:`add_regular_graphs`, so 1-WL sees every node alike, but full of short cycles, whose counts set
+    their return probabilities and spectra apart: a signal only the random input can carry. Cyclic groups
+    (whose Cayley graphs are the circulants CSL and ``benchmarks/expressivity.py`` hold out) are never used.
+    Repeats are drawn again as in :func:`add_regular_graphs`; the regular graphs already added count as
+    repeats. Returns ``(graphs, split_of_graph, stats)``.
     """
     low, high = (int(n) for n in (nodes or REGULAR_NODES))
     groups = non_cyclic_groups(low, high)
+    degree_choices = _degree_choices(degrees)
     if not groups:
         raise RecipeError(f"data.added_graph_nodes = [{low}, {high}]: no non-cyclic group of that order (the "
                           f"smallest has 4 elements)")
 
     def draw(rng):
         _, mul, inv = groups[int(rng.integers(len(groups)))]
-        degree = int(rng.choice(REGULAR_DEGREES))
+        degree = int(rng.choice(degree_choices))
         return random_cayley_edges(mul, inv, degree, rng, max_tries=5) if degree < len(inv) else None
 
-    return _append_regular(graphs, split_of_graph, per_graph, draw, high, avoid, [seed, 0xCA7E], "Cayley graphs",
-                           progress, key=_spectral_key)
+    return _append_regular(graphs, split_of_graph, per_graph, draw, high, degree_choices, avoid, [seed, 0xCA7E],
+                           "Cayley graphs", progress, key=_spectral_key)
+
+
+def _degree_choices(degrees: Sequence[int] | None) -> tuple[int, ...]:
+    low, high = (int(d) for d in (degrees or REGULAR_DEGREES))
+    return tuple(range(low, high + 1))
 
 
 def _append_regular(graphs: list, split_of_graph: torch.Tensor, per_graph: float, draw, max_nodes: int,
-                    avoid: Sequence[tuple], rng_seed: list, desc: str, progress: bool, key=None):
+                    degrees: tuple[int, ...], avoid: Sequence[tuple], rng_seed: list, desc: str, progress: bool,
+                    key=None):
     wanted = int(round(per_graph * int((split_of_graph == 0).sum())))
     # only a regular graph of one of those degrees can equal a drawn graph
     regular = [(g.num_nodes(), *edges) for g in graphs if g.num_nodes() <= max_nodes
-               for edges in [graph_simple_edges(g)] if _is_regular(g.num_nodes(), *edges)]
+               for edges in [graph_simple_edges(g)] if _is_regular(g.num_nodes(), *edges, degrees)]
     return _append_training_graphs(graphs, split_of_graph, wanted, draw, regular + list(avoid),
                                    np.random.default_rng(rng_seed), desc, progress, key or _skeleton_key)
 
@@ -271,9 +282,9 @@ def _spectral_key(num_nodes: int, u: np.ndarray, v: np.ndarray) -> tuple:
     return num_nodes, tuple(np.round(np.linalg.eigvalsh(adjacency), 6) + 0.0)
 
 
-def _is_regular(num_nodes: int, u: np.ndarray, v: np.ndarray) -> bool:
+def _is_regular(num_nodes: int, u: np.ndarray, v: np.ndarray, allowed: tuple[int, ...]) -> bool:
     degrees = np.bincount(np.concatenate([u, v]), minlength=num_nodes)
-    return int(degrees[0]) in REGULAR_DEGREES and bool((degrees == degrees[0]).all())
+    return int(degrees[0]) in allowed and bool((degrees == degrees[0]).all())
 
 
 def _append_training_graphs(graphs: list, split_of_graph: torch.Tensor, wanted: int, draw, existing: list,

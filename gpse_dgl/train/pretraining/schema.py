@@ -48,6 +48,12 @@ def _node_range(values: list) -> str | None:
     return None
 
 
+def _degree_range(values: list) -> str | None:
+    if any(v != int(v) for v in values) or not 2 <= values[0] <= values[1]:
+        return f"need two whole numbers 2 <= smallest <= largest, got {values}"
+    return None
+
+
 def _positive_split(values: list) -> str | None:
     if any(v < 0 for v in values) or values[0] <= 0 or values[1] <= 0:
         return f"train and validation fractions must be > 0 and none negative, got {values}"
@@ -84,16 +90,21 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                                 "training graph (0 = none, as in the paper); they never enter "
                                 "validation or test and never repeat a source graph",
                                 minimum=0.0, maximum=10.0),
-        "regular_graphs": Field("number", 0.0, "random connected regular graphs (degree 3 to 5, sizes "
-                                "from added_graph_nodes) to add to the training split, per training graph "
-                                "(0 = none, as in the paper): graphs where only the random input tells nodes apart",
+        "regular_graphs": Field("number", 0.0, "random connected regular graphs (degrees from "
+                                "added_graph_degrees, sizes from added_graph_nodes) to add to the training "
+                                "split, per training graph (0 = none, as in the paper): graphs where only the "
+                                "random input tells nodes apart",
                                 minimum=0.0, maximum=10.0),
         "cayley_graphs": Field("number", 0.0, "random connected Cayley graphs of non-cyclic groups (abelian "
-                               "and dihedral; degree 3 to 5) to add to the training split, per training graph "
+                               "and dihedral; degrees from added_graph_degrees) to add to the training split, "
+                               "per training graph "
                                "(0 = none): vertex-transitive graphs full of short cycles, told apart only "
                                "by the random input", minimum=0.0, maximum=10.0),
         "added_graph_nodes": Field("number_list", [8, 64], "smallest and largest number of nodes of the "
                                    "added regular and Cayley graphs (inclusive)", length=2, check=_node_range),
+        "added_graph_degrees": Field("number_list", [3, 5], "smallest and largest degree of the added regular "
+                                     "and Cayley graphs (inclusive; each drawn uniformly)", length=2,
+                                     check=_degree_range),
         "exclude_graphs": Field("str_list", [], "evaluation sets whose graphs pretraining leaves out of every "
                                 "split and never adds (e.g. [wl-pairs, csl]; names: "
                                 "gpse_dgl.data.families.EVALUATION_SETS); [] = none, as in the paper"),
