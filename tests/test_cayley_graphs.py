@@ -181,24 +181,18 @@ def test_recipe_keys_add_cayley_graphs_and_change_the_cache(tmp_path):
     assert bool(torch.isfinite(train.graph_targets[-12:, ~cycles]).all())
 
 
-@pytest.mark.parametrize("nodes,message", [([3, 10], "4 <= smallest"), ([20, 10], "smallest <= largest"),
-                                           ([8.5, 10], "whole numbers"), ([8], "2")])
-def test_a_bad_node_range_names_the_key(nodes, message):
+@pytest.mark.parametrize("key,values,message", [
+    ("added_graph_nodes", [3, 10], "4 <= smallest"), ("added_graph_nodes", [20, 10], "smallest <= largest"),
+    ("added_graph_nodes", [8.5, 10], "whole numbers"), ("added_graph_nodes", [8], "2"),
+    ("added_graph_degrees", [1, 5], "2 <= smallest"), ("added_graph_degrees", [8, 3], "smallest <= largest"),
+    ("added_graph_degrees", [3, 4.5], "whole numbers")])
+def test_a_bad_range_names_the_key(key, values, message):
     from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
 
-    with pytest.raises(RecipeError, match="added_graph_nodes") as error:
-        validate_pretrain_recipe({"data": {"added_graph_nodes": nodes}}, "recipe.yaml")
+    with pytest.raises(RecipeError, match=key) as error:
+        validate_pretrain_recipe({"data": {key: values}}, "recipe.yaml")
     assert message in str(error.value) and "recipe.yaml" in str(error.value)
 
-
-@pytest.mark.parametrize("degrees,message", [([1, 5], "2 <= smallest"), ([8, 3], "smallest <= largest"),
-                                             ([3, 4.5], "whole numbers")])
-def test_a_bad_degree_range_names_the_key(degrees, message):
-    from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe
-
-    with pytest.raises(RecipeError, match="added_graph_degrees") as error:
-        validate_pretrain_recipe({"data": {"added_graph_degrees": degrees}}, "recipe.yaml")
-    assert message in str(error.value) and "recipe.yaml" in str(error.value)
 
 
 def test_cycle_targets_of_added_graphs_are_never_computed(monkeypatch):

@@ -42,16 +42,13 @@ __all__ = ["PRETRAIN_SCHEMA", "BUILTIN_SOURCES", "load_pretrain_recipe", "valida
 BUILTIN_SOURCES = ("embedded-molecules", "smiles")
 
 
-def _node_range(values: list) -> str | None:
-    if any(v != int(v) for v in values) or not 4 <= values[0] <= values[1]:
-        return f"need two whole numbers 4 <= smallest <= largest, got {values}"
-    return None
-
-
-def _degree_range(values: list) -> str | None:
-    if any(v != int(v) for v in values) or not 2 <= values[0] <= values[1]:
-        return f"need two whole numbers 2 <= smallest <= largest, got {values}"
-    return None
+def _whole_range(lowest: int):
+    """Check of an inclusive ``[smallest, largest]`` range of whole numbers, none below ``lowest``."""
+    def check(values: list) -> str | None:
+        if any(v != int(v) for v in values) or not lowest <= values[0] <= values[1]:
+            return f"need two whole numbers {lowest} <= smallest <= largest, got {values}"
+        return None
+    return check
 
 
 def _positive_split(values: list) -> str | None:
@@ -101,10 +98,11 @@ PRETRAIN_SCHEMA: dict[str, Any] = {
                                "(0 = none): vertex-transitive graphs full of short cycles, told apart only "
                                "by the random input", minimum=0.0, maximum=10.0),
         "added_graph_nodes": Field("number_list", [8, 64], "smallest and largest number of nodes of the "
-                                   "added regular and Cayley graphs (inclusive)", length=2, check=_node_range),
+                                   "added regular and Cayley graphs (inclusive)", length=2,
+                                   check=_whole_range(4)),
         "added_graph_degrees": Field("number_list", [3, 5], "smallest and largest degree of the added regular "
                                      "and Cayley graphs (inclusive; each drawn uniformly)", length=2,
-                                     check=_degree_range),
+                                     check=_whole_range(2)),
         "exclude_graphs": Field("str_list", [], "evaluation sets whose graphs pretraining leaves out of every "
                                 "split and never adds (e.g. [wl-pairs, csl]; names: "
                                 "gpse_dgl.data.families.EVALUATION_SETS); [] = none, as in the paper"),
