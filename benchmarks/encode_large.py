@@ -124,19 +124,27 @@ def _parts(model, graph, args) -> dict:
     each over every node / edge, times the layers), and the source-row bytes the fused kernel reads per edge."""
     import torch
 
+    from gpse_dgl.nn.gated_conv import product_dtype
     from gpse_dgl.nn.ops import gated_sum
+    from gpse_dgl.utils import memory
     from gpse_dgl.utils.precision import autocast, product_input
 
     conv = model.encoder.convs[0] if hasattr(model, "encoder") else model.convs[0]
     gen = torch.Generator().manual_seed(0)
     h = torch.randn(graph.num_nodes(), args.dim, generator=gen)
     with torch.no_grad(), autocast(args.precision, "cpu"):
+        dtype = product_dtype(h)
+        sources = memory.empty((h.shape[0], 2 * args.dim), dtype=dtype)
+        destinations = memory.empty((PRODUCT_CHUNK_ROWS, 2 * args.dim), dtype=dtype)
+
         def products():
-            # as the encode does them: sources over every node, destinations over chunks of rows
+            # as the encode does them: sources over every node, destinations over chunks of rows, each
+            # into a buffer kept from layer to layer
             h_in = product_input(h)
-            query, value = conv.source_projections(h_in)
+            query, value = conv.source_projections(h_in, out=sources)
             for start in range(0, h_in.shape[0], PRODUCT_CHUNK_ROWS):
-                conv.destination_projections(h_in[start:start + PRODUCT_CHUNK_ROWS])
+                rows = h_in[start:start + PRODUCT_CHUNK_ROWS]
+                conv.destination_projections(rows, out=destinations[:rows.shape[0]])
             return query, value
 
         query, value = products()  # warm: kernels compiled, shapes seen

@@ -3,7 +3,7 @@
 Private attributes change without notice between releases. The DGL accesses are there for speed only:
 each function checks what it can and returns ``None`` (or ``False``) when the layout is not the known one,
 so that the caller takes the public route instead. The torch ones have no public equivalent: the names a
-pickled tensor refers to, and torch's own initialisation of attention layers. ``tests/test_private_access.py`` compares each one with its public counterpart and
+pickled tensor refers to, torch's own initialisation of attention layers, and a tensor's version counter. ``tests/test_private_access.py`` compares each one with its public counterpart and
 fails on a DGL or torch release not listed in :data:`CHECKED_VERSIONS`: on an upgrade, run that test,
 re-read the accesses below against the new release, and add the version.
 
@@ -41,6 +41,9 @@ torch (checked against 2.13):
   pickled tensor refers to, admitted by the restricted unpickler of :mod:`gpse_dgl.data._io`.
 * :func:`reset_multihead_attention` -- ``nn.MultiheadAttention._reset_parameters()``: torch's own
   initialisation of the attention projections (it has no public ``reset_parameters``).
+* :func:`tensor_version` -- ``Tensor._version``: the counter of in-place changes that autograd keeps, which
+  tells a cache derived from a tensor (a low-precision copy of a weight, the gate factors of a projection)
+  that the tensor has changed since.
 
 Example
 -------
@@ -211,6 +214,12 @@ def reset_multihead_attention(attention: torch.nn.MultiheadAttention) -> None:
     """Re-draw ``attention``'s parameters as its constructor does (``out_proj.weight`` aside, which torch
     initialises as a ``Linear``)."""
     attention._reset_parameters()
+
+
+def tensor_version(tensor: torch.Tensor) -> int:
+    """How many in-place changes ``tensor`` (or a view sharing its storage) has had: a cache keyed on it is
+    stale once the number moves (``.data`` edits are not counted, as autograd does not count them)."""
+    return tensor._version
 
 
 def isolate_dgl_shared_memory(prefix: str) -> None:

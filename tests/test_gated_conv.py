@@ -37,9 +37,48 @@ def test_matches_direct_formula(bias, backend):
     torch.testing.assert_close(conv(g, x), expected, atol=1e-5, rtol=1e-5)
     with torch.no_grad():
         torch.testing.assert_close(conv(g, x), expected, atol=1e-5, rtol=1e-5)
-        ws = torch.full((4, 20, 5), float("nan"))
+        ws = torch.full((20, 4 * 5), float("nan"))
+        out = conv(g, x, workspace=ws)
+        torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+        assert out.untyped_storage().data_ptr() == ws.untyped_storage().data_ptr()  # written into the buffer
         torch.testing.assert_close(conv(g, x, workspace=ws), expected, atol=1e-5, rtol=1e-5)
-        torch.testing.assert_close(conv(g, x, workspace=ws), expected, atol=1e-5, rtol=1e-5)
+
+
+def test_projections_by_node_role_equal_the_layer_maps():
+    """source_projections / destination_projections (what layer-wise and sampled inference use) are the
+    layer's four maps, also when written into a buffer, and a buffer of the wrong dtype is refused."""
+    torch.manual_seed(0)
+    conv = ResGatedConv(7, 5)
+    x = torch.randn(9, 7)
+    d, w, b = 5, conv.weight, conv.kqv_bias
+    with torch.no_grad():
+        maps = [x @ w[i * d:(i + 1) * d].T + (b[i * d:(i + 1) * d] if i < 3 else 0) for i in range(4)]
+        for out in (None, torch.full((9, 10), float("nan"))):
+            query, value = conv.source_projections(x, out=out)
+            key, skip = conv.destination_projections(x, out=None if out is None else torch.empty(9, 10))
+            for got, want in zip((key, query, value, skip), maps):
+                torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+        with pytest.raises(ValueError, match="out must be torch.float32"):
+            conv.source_projections(x, out=torch.empty(9, 10, dtype=torch.bfloat16))
+
+
+def test_low_precision_weights_follow_changes_of_the_weight():
+    """The bf16 copy of the weight that products without autograd reuse is renewed when the weight changes
+    (an optimiser step or a loaded state dict changes it in place)."""
+    torch.manual_seed(0)
+    g = _graph()
+    conv = ResGatedConv(7, 5)
+    x = torch.randn(20, 7)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        first = conv(g, x).clone()
+        conv.weight.mul_(2)
+        second = conv(g, x).clone()
+        conv.load_state_dict({k: v.clone() for k, v in ResGatedConv(7, 5).state_dict().items()})
+        third = conv(g, x)
+    with torch.no_grad():
+        reference = conv(g, x)  # float32, no copy involved
+    assert not torch.allclose(first, second)
+    torch.testing.assert_close(third, reference, atol=5e-2, rtol=5e-2)
 
 
 def test_backends_agree_values_and_gradients():

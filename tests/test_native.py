@@ -91,6 +91,65 @@ def test_out_is_added_to_in_place():
     torch.testing.assert_close(acc, base + reference(graph, k, q, v), atol=1e-4, rtol=1e-5)
 
 
+@needs_kernel
+def test_out_may_be_a_column_slice_of_a_wider_tensor():
+    """The skip term of ResGatedConv's one product is a column block of it: the sum is added where it is."""
+    graph = graphs()["multi, self-loops, isolated"]
+    gen = torch.Generator().manual_seed(3)
+    k, q, v = (torch.randn(graph.num_nodes(), 8, generator=gen) for _ in range(3))
+    wide = torch.randn(graph.num_nodes(), 32, generator=gen)
+    before = wide.clone()
+    with torch.no_grad():
+        result = native.native_gated_sum(graph, k, q, v, out=wide[:, 8:16])
+    assert result.data_ptr() == wide[:, 8:16].data_ptr()
+    torch.testing.assert_close(wide[:, 8:16], before[:, 8:16] + reference(graph, k, q, v), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(wide[:, :8], before[:, :8], atol=0, rtol=0)
+    torch.testing.assert_close(wide[:, 16:], before[:, 16:], atol=0, rtol=0)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_gates_beyond_the_factorisation_range_are_exact(dtype, tol):
+    """sigmoid(k + q) = 1 / (1 + exp(-k) exp(-q)) only while both factors are normal floats: rows with entries
+    beyond that range (here k = 100 against q = -99.5 on every third node, whose gate is sigmoid(0.5), where
+    the factors would give sigmoid(-1)) take the direct form, forward and backward, mixed with ordinary rows
+    on the same destinations."""
+    graph = graphs()["multi, self-loops, isolated"]
+    n = graph.num_nodes()
+    gen = torch.Generator().manual_seed(4)
+    k, q, v = (torch.randn(n, 24, generator=gen, dtype=torch.float64) for _ in range(3))
+    big = torch.arange(n) % 3 == 0
+    k[big, :4] = 100.0
+    q[big, :4] = -99.5
+    weight = torch.randn(n, 24, generator=gen, dtype=torch.float64)
+    flags = native.factors(q.to(dtype))[1]
+    assert flags.bool().tolist() == big.tolist()
+    leaves = [t.to(dtype).requires_grad_() for t in (k, q, v)]
+    out = native.native_gated_sum(graph, *leaves)
+    (out * weight.float()).sum().backward()
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = reference(graph, *ref_leaves)
+    (ref * weight).sum().backward()
+    torch.testing.assert_close(out.double(), ref, atol=tol * max(1.0, float(ref.detach().abs().max())), rtol=tol)
+    for leaf, ref_leaf in zip(leaves, ref_leaves):
+        scale = max(1.0, float(ref_leaf.grad.abs().max()))
+        torch.testing.assert_close(leaf.grad.double(), ref_leaf.grad, atol=tol * scale, rtol=tol)
+
+
+@needs_kernel
+def test_source_factors_are_kept_while_the_sources_are_unchanged():
+    """Chunks of one layer share their sources' factors; a new projection into the same buffer renews them."""
+    q = torch.randn(10, 8)
+    first = native.factors(q, keep=True)[0]
+    assert native.factors(q, keep=True)[0] is first
+    torch.testing.assert_close(first, torch.exp(-q), atol=0, rtol=1e-6)
+    q.mul_(2)
+    second = native.factors(q, keep=True)[0]
+    assert second is not first
+    torch.testing.assert_close(second, torch.exp(-q), atol=0, rtol=1e-6)
+    assert native.factors(torch.randn(3, 8))[0] is not native.factors(torch.randn(3, 8))[0]
+
+
 def test_other_dtypes_and_devices_take_the_torch_ops_path():
     k = torch.zeros(3, 4, dtype=torch.float16)
     assert not native.supports(k, k, k)

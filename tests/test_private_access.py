@@ -131,6 +131,19 @@ def test_reset_multihead_attention_equals_torch_init():
     assert torch.all(attention.out_proj.weight == 7.0)  # left to out_proj.reset_parameters()
 
 
+def test_tensor_version_counts_in_place_changes_of_the_tensor_and_its_views():
+    t = torch.zeros(4)
+    start = _private.tensor_version(t)
+    _ = t + 1
+    assert _private.tensor_version(t) == start
+    t.add_(1)
+    after_add = _private.tensor_version(t)
+    assert after_add > start
+    t[:2].mul_(2)  # a view shares the counter
+    assert _private.tensor_version(t) > after_add
+    assert _private.tensor_version(t[1:]) == _private.tensor_version(t)
+
+
 def test_isolated_shared_memory_names_carry_the_prefix():
     from dgl.distributed import kvstore
 

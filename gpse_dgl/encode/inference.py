@@ -49,7 +49,7 @@ import dgl
 from ..nn.random_features import random_node_features
 from ..utils.precision import autocast, resolve_precision
 from ..utils.progress import progress as progress_bar
-from .graphs import as_simple_undirected, sample_seed
+from .graphs import as_simple_undirected, is_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
 
 __all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "bare_encoder", "model_device",
@@ -362,7 +362,9 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = DEFA
                                               undirected=undirected, chunk_edges=chunk_edges, progress=progress,
                                               precision=precision)]
                 else:
-                    batch = dgl.batch([_prepare(g, undirected) for g in members])
+                    batch = dgl.batch(members)
+                    if undirected and not is_simple_undirected(batch):  # one test for the whole batch
+                        batch = dgl.batch([_prepare(g, undirected) for g in members])
                     joined = encode(model, batch, seed=seed, samples=samples, device=device, undirected=False,
                                     max_forward_bytes=max_forward_bytes, precision=precision)
                     encodings = joined.split([g.num_nodes() for g in members])

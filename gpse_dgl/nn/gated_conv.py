@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from .. import _env  # noqa: F401
 import dgl
 
+from .._private import tensor_version
 from . import ops
 
 __all__ = ["ResGatedConv", "product_dtype"]
@@ -46,8 +47,9 @@ class ResGatedConv(nn.Module):
     ``(3 * out_feats,)``. The gated aggregation is :func:`gpse_dgl.nn.ops.gated_sum`: with
     ``backend="dgl"`` DGL's ``u_add_v`` -> sigmoid -> ``u_mul_e_sum``; with ``"torch"`` (also what
     ``None``/``"auto"`` selects for this op) a chunked torch kernel that recomputes the gates in
-    backward instead of storing ``(E, out_feats)`` tensors. Without autograd the four products are
-    written into one reusable buffer and the messages are accumulated onto the skip term in place.
+    backward instead of storing ``(E, out_feats)`` tensors. Without autograd the four maps are one
+    product written into a reusable ``(N, 4 * out_feats)`` buffer, whose column blocks the aggregation
+    reads where they are, and the messages are accumulated onto the skip term in place.
 
     Under ``torch.autocast`` the four products run in the autocast dtype (bf16/fp16) and the
     aggregation, with the skip term, in float32: the output is float32 (see :func:`product_dtype`).
@@ -114,27 +116,48 @@ class ResGatedConv(nn.Module):
         b = kqv_bias[i * d:(i + 1) * d] if i < 3 else None
         return w, b
 
-    def source_projections(self, feat_src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(query, value)`` of nodes acting as message sources, each ``(n, out_feats)`` and contiguous.
+    def source_projections(self, feat_src: torch.Tensor, out: torch.Tensor | None = None
+                           ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(query, value)`` of nodes acting as message sources, each ``(n, out_feats)``.
+
+        Both are column halves of one ``(n, 2 * out_feats)`` product: a source's query and value lie side
+        by side, so the gated sum reads one stretch of memory per edge. ``out`` is an optional
+        ``(n, 2 * out_feats)`` buffer of the product dtype (:func:`product_dtype`) to write it into (so
+        that a loop over layers reuses one buffer).
 
         With :meth:`destination_projections` and :func:`gpse_dgl.nn.ops.gated_sum` this is the layer
         split by node role, for schedules that project sources and destinations separately (layer-wise
         inference over node chunks, sampled blocks: :mod:`gpse_dgl.encode.large_graph`).
         """
-        return self._linear(1, feat_src), self._linear(2, feat_src)
+        d = self.out_feats
+        fused = self._linear(feat_src, self.weight[d:3 * d], self.kqv_bias[d:3 * d], out)
+        return fused[:, :d], fused[:, d:]
 
-    def destination_projections(self, feat_dst: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(key, skip)`` of nodes acting as message destinations (the output bias is not in ``skip``:
-        it is added after the aggregation)."""
-        return self._linear(0, feat_dst), self._linear(3, feat_dst)
+    def destination_projections(self, feat_dst: torch.Tensor, out: torch.Tensor | None = None
+                                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(key, skip)`` of nodes acting as message destinations, column halves of one product (the
+        output bias is not in ``skip``: it is added after the aggregation); ``out`` as in
+        :meth:`source_projections`."""
+        d = self.out_feats
+        weight = torch.cat([self.weight[:d], self.weight[3 * d:]])
+        bias = torch.cat([self.kqv_bias[:d], self.kqv_bias.new_zeros(d)])
+        fused = self._linear(feat_dst, weight, bias, out)
+        return fused[:, :d], fused[:, d:]
 
-    def _linear(self, i: int, feat: torch.Tensor) -> torch.Tensor:
-        # One product per map (same arithmetic as one fused product) so that every part comes out
-        # contiguous: DGL's kernels would otherwise copy column slices of a fused output.
-        return F.linear(feat, *self._block(i))
+    @staticmethod
+    def _linear(feat: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, out: torch.Tensor | None):
+        """``feat @ weight.T + bias`` in the product dtype, into ``out`` when given (autocast does not apply
+        to ``out=`` products, so its dtype is applied here)."""
+        if out is None:
+            return F.linear(feat, weight, bias)
+        dtype = product_dtype(feat)
+        if out.dtype != dtype or out.shape != (feat.shape[0], weight.shape[0]):
+            raise ValueError(f"out must be {dtype} of shape {(feat.shape[0], weight.shape[0])}, "
+                             f"got {out.dtype} {tuple(out.shape)}")
+        return torch.addmm(bias.to(dtype), feat.to(dtype), weight.to(dtype).t(), out=out)
 
     def _project(self, feat_src, feat_dst, workspace):
-        """``(key, query, value, skip)``, each ``(n, out_feats)`` and contiguous."""
+        """``(key, query, value, skip)``, each ``(n, out_feats)`` with contiguous rows."""
         if torch.is_grad_enabled() and (self.weight.requires_grad or self.kqv_bias.requires_grad
                                         or feat_src.requires_grad or feat_dst.requires_grad):
             # The four maps are views of one split: its backward concatenates their weight gradients,
@@ -144,28 +167,33 @@ class ResGatedConv(nn.Module):
             weights, biases = self.weight.split(self.out_feats), self.kqv_bias.split(self.out_feats)
             return (F.linear(feat_dst, weights[0], biases[0]), F.linear(feat_src, weights[1], biases[1]),
                     F.linear(feat_src, weights[2], biases[2]), F.linear(feat_dst, weights[3]))
-        # No autograd: write the four products into one (4, n, d) buffer (reused across layers by the
-        # caller through ``workspace``) so every part is contiguous and no large tensor is allocated.
-        # Autocast does not apply to ``out=`` products, so its dtype is applied here explicitly.
-        d = self.out_feats
-        n = max(feat_src.shape[0], feat_dst.shape[0])
+        if feat_src is not feat_dst:  # a bipartite block: sources and destinations are different rows
+            query, value = self.source_projections(feat_src)
+            key, skip = self.destination_projections(feat_dst)
+            return key, query, value, skip
+        # No autograd: one product [key | query | value | skip] per row (one large product runs closer to
+        # the machine's peak than four), written into a buffer that the caller reuses across layers
+        # through ``workspace``, so no large tensor is allocated per layer.
+        d, n = self.out_feats, feat_src.shape[0]
         dtype = product_dtype(feat_src)
-        if (workspace is None or workspace.shape[1:] != (n, d) or workspace.shape[0] < 4
+        if (workspace is None or workspace.dim() != 2 or workspace.shape[0] < n or workspace.shape[1] != 4 * d
                 or workspace.dtype != dtype or workspace.device != feat_src.device):
-            workspace = feat_src.new_empty((4, n, d), dtype=dtype)
-        weight, kqv_bias = self.weight.to(dtype), self.kqv_bias.to(dtype)
-        sources = {id(t): t.to(dtype) for t in (feat_src, feat_dst)}  # one cast when src is dst
-        parts = []
-        for i, feat in enumerate((feat_dst, feat_src, feat_src, feat_dst)):
-            x = sources[id(feat)]
-            w, b = self._block(i, weight, kqv_bias)
-            out = workspace[i, : x.shape[0]]
-            if b is None:
-                torch.mm(x, w.t(), out=out)
-            else:
-                torch.addmm(b, x, w.t(), out=out)
-            parts.append(out)
-        return tuple(parts)
+            workspace = feat_src.new_empty((n, 4 * d), dtype=dtype)
+        bias = torch.cat([self.kqv_bias, self.kqv_bias.new_zeros(d)])
+        return tuple(self._linear(feat_src, self._weight_as(dtype), bias, workspace[:n]).split(d, dim=1))
+
+    def _weight_as(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight in ``dtype`` for products without autograd, cast once while the weight is unchanged:
+        for a batch of molecules in bf16 the cast costs about a tenth of the product itself."""
+        weight = self.weight
+        if weight.dtype == dtype:
+            return weight
+        key = (dtype, weight.device, weight.data_ptr(), tensor_version(weight))
+        cached = self.__dict__.get("_weight_cast")
+        if cached is None or cached[0] != key:
+            cached = (key, weight.detach().to(dtype))
+            self.__dict__["_weight_cast"] = cached  # not a buffer: never in the state dict
+        return cached[1]
 
     def forward(self, graph: dgl.DGLGraph, feat, *, workspace: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the layer.
@@ -177,9 +205,10 @@ class ResGatedConv(nn.Module):
         feat : torch.Tensor or pair of torch.Tensor
             ``(N, in_feats)`` node features, or ``(src_feat, dst_feat)`` for a bipartite graph/block.
         workspace : torch.Tensor, optional
-            A ``(4, N, out_feats)`` scratch buffer used when autograd is off, so that a stack of layers
-            shares one buffer instead of allocating large tensors per layer. The result is then a view
-            into ``workspace``, overwritten by the next call that uses the same buffer.
+            A ``(N, 4 * out_feats)`` scratch buffer (in the product dtype) used when autograd is off, so
+            that a stack of layers shares one buffer instead of allocating large tensors per layer. The
+            result is then a view into ``workspace``, overwritten by the next call that uses the same
+            buffer.
 
         Returns
         -------

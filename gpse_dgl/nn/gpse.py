@@ -39,8 +39,11 @@ from .virtual_node import VirtualNodeInfo, add_virtual_nodes, no_virtual_nodes, 
 __all__ = ["GPSE", "GPSEForPretraining"]
 
 
-def _wants_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+def _wants_grad(module: nn.Module, *tensors) -> bool:
+    """Whether autograd must record: grad mode on, and a tensor or a parameter of ``module`` requires grad
+    (the parameters are only looked at in grad mode: encoding calls this once per layer)."""
+    return torch.is_grad_enabled() and (any(t.requires_grad for t in tensors)
+                                        or any(p.requires_grad for p in module.parameters()))
 
 
 def _batch_norm_(y: torch.Tensor, norm: nn.BatchNorm1d) -> torch.Tensor:
@@ -197,10 +200,10 @@ class GPSE(nn.Module):
             raise ValueError(f"x must have shape ({info.num_real}, {self.dim_in}), got {tuple(x.shape)}")
         if info.num_virtual:
             x = torch.cat([x, x.new_zeros(info.num_virtual, self.dim_in)])
-        grad = _wants_grad(x, *self.parameters())
+        grad = _wants_grad(self, x)
         h = self.input_stage(x)
         # Without autograd the layers share one projection buffer (see ResGatedConv.forward).
-        workspace = (h.new_empty((4, h.shape[0], self.dim_hidden), dtype=product_dtype(h))
+        workspace = (h.new_empty((h.shape[0], 4 * self.dim_hidden), dtype=product_dtype(h))
                      if self.num_layers and not grad else None)
         for layer, conv in enumerate(self.convs):
             h = self.residual_update(layer, h, conv(aug, h, workspace=workspace))
@@ -224,7 +227,7 @@ class GPSE(nn.Module):
         ``h`` is updated and returned, ``conv_out`` is overwritten (so ``h`` may be a view of a larger state).
         """
         norm = self.norms[layer]
-        if _wants_grad(h, conv_out, *self.parameters()):
+        if _wants_grad(self, h, conv_out):
             y = F.relu(self.dropout(norm(conv_out)))
             return h + F.normalize(y, p=2.0, dim=1)
         y = self.dropout(_batch_norm_(conv_out, norm)).relu_()
@@ -232,7 +235,7 @@ class GPSE(nn.Module):
 
     def output_stage(self, h: torch.Tensor) -> torch.Tensor:
         """The final row normalisation (in place on ``h`` without autograd)."""
-        if _wants_grad(h, *self.parameters()):
+        if _wants_grad(self, h):
             return F.normalize(h, p=2.0, dim=1)
         return h.div_(torch.linalg.vector_norm(h, dim=1, keepdim=True).clamp_min_(1e-12))
 

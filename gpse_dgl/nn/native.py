@@ -6,6 +6,9 @@ read again several times; ``csrc/gated_sum.cpp`` reads the two source rows an ed
 the rest in registers (one pass by destination forward; backward one pass by destination and one by
 source, the gates recomputed, no atomics). Rows are read as float32 or bfloat16 (half the bytes);
 gates, messages and sums are float32, as on the torch path (the precision contract of DESIGN.md).
+The gate is computed as ``1 / (1 + exp(-k[v]) exp(-q[u]))`` from factors computed once per row
+(:func:`factors`), so an edge costs no exponential; rows with entries too large for that form are
+flagged and their edges take ``sigmoid(k + q)`` itself (``csrc/gated_sum.cpp``).
 
 The kernel is compiled with the machine's C++ compiler the first time it is needed (about a minute, once
 per machine, source and torch version, announced by one line on stderr); the build is kept under
@@ -33,7 +36,10 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["GatedCSR", "describe", "kernel", "native_gated_sum", "supports"]
+from .._private import tensor_version
+from ..utils import memory
+
+__all__ = ["GatedCSR", "describe", "factors", "kernel", "native_gated_sum", "supports"]
 
 SOURCE = Path(__file__).parent / "csrc" / "gated_sum.cpp"
 #: Compiler flags: the machine's own vector instructions (the build is per machine), and fast math so
@@ -152,13 +158,34 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.T
     return indptr, cols[order].contiguous()
 
 
+def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(exp(-x), flags)``: the gate factors of the rows of ``x`` in its dtype (the kernel computes
+    ``sigmoid(k + q)`` as ``1 / (1 + exp(-k) exp(-q))``) and one uint8 per row, 1 where an entry is too
+    large for that form (its edges take ``sigmoid(k + q)`` itself).
+
+    With ``keep`` they are kept on the tensor object while ``x`` is unchanged (its version counter):
+    layer-wise inference aggregates each chunk of destinations with the same sources, whose factors are
+    then computed once per layer. Training does not keep them: they would live as long as the saved
+    activations.
+    """
+    cached = x.__dict__.get("_gpse_gate_factors")
+    if cached is not None and cached[0] == tensor_version(x):
+        return cached[1], cached[2]
+    factor = memory.empty(tuple(x.shape), dtype=x.dtype)  # read in random order, like the rows themselves
+    flags = torch.empty(x.shape[0], dtype=torch.uint8)
+    kernel().factors(x, factor, flags)
+    if keep:
+        x.__dict__["_gpse_gate_factors"] = (tensor_version(x), factor, flags)
+    return factor, flags
+
+
 class _NativeGatedSum(torch.autograd.Function):
     @staticmethod
     def forward(ctx, dst_gate, src_gate, src_feat, csr):
         ctx.csr = csr
         ctx.save_for_backward(dst_gate, src_gate, src_feat)
         out = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32)
-        kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, out)
+        kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate), out)
         return out
 
     @staticmethod
@@ -171,12 +198,13 @@ class _NativeGatedSum(torch.autograd.Function):
         grad_k = grad_q = grad_v = None
         if need_k:
             grad_k = torch.zeros((csr.num_dst, dst_gate.shape[1]), dtype=torch.float32)
-            module.grad_key(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, grad_out, grad_k)
+            module.grad_key(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate),
+                            grad_out, grad_k)
         if need_q or need_v:
             shape = (csr.num_src, src_feat.shape[1])
             grad_q = torch.zeros(shape, dtype=torch.float32) if need_q else None
             grad_v = torch.zeros(shape, dtype=torch.float32) if need_v else None
-            module.grad_source(*csr.by_source, dst_gate, src_gate, src_feat, grad_out,
+            module.grad_source(*csr.by_source, dst_gate, src_gate, src_feat, *factors(dst_gate), grad_out,
                                empty if grad_q is None else grad_q, empty if grad_v is None else grad_v)
         return (None if grad_k is None else grad_k.to(dst_gate.dtype),
                 None if grad_q is None else grad_q.to(src_gate.dtype),
@@ -186,14 +214,15 @@ class _NativeGatedSum(torch.autograd.Function):
 def native_gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
                      out: torch.Tensor | None = None) -> torch.Tensor:
     """The gated sum with the fused kernel (:func:`supports` must hold); float32 result. ``out``
-    (float32) is added to: in place without autograd."""
+    (float32) is added to: in place without autograd (rows a stride apart, such as a column slice of a
+    wider projection, are written where they are)."""
     csr = GatedCSR.of(graph)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (dst_gate, src_gate, src_feat))
     if needs_grad:
         return _NativeGatedSum.apply(dst_gate, src_gate, src_feat, csr)
-    if out is None or out.dtype != torch.float32 or not out.is_contiguous():
+    target = out
+    if out is None or out.dtype != torch.float32 or out.dim() != 2 or out.stride(1) != 1:
         target = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32)
-        kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, target)
-        return target if out is None else out.add_(target)
-    kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, out)
-    return out
+    kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate, keep=True),
+                     target)
+    return target if out is None or target is out else out.add_(target)

@@ -8,12 +8,21 @@
 // gradient of k, a pass by source (CSR by source) for those of q and val, so no two threads add into
 // the same row and no atomics are needed. Rows may be float32 or bfloat16 (read as bf16, half the
 // bytes); gates, messages and sums are float32, and so are the results.
+//
+// Gate factorisation: sigmoid(k + q) = 1 / (1 + exp(-k) exp(-q)). The factors exp(-q) of every source
+// (and, for the gradients by source, exp(-k) of every destination) are computed once per row by
+// `factors` and stored in the rows' dtype; an edge then costs a product, an add and a reciprocal per
+// channel instead of an exponential, about a third of the instructions. Both factors and their product
+// stay normal floats while |k|, |q| <= kFactorLimit; a row with a larger entry is flagged, and every
+// edge with a flagged end takes the direct form sigmoid(k + q), so the result never depends on the
+// factorisation's range.
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <algorithm>
 #include <vector>
 
 namespace {
@@ -51,6 +60,12 @@ inline float exp_approx(float x) {
 
 inline float sigmoid(float z) { return 1.0f / (1.0f + exp_approx(-z)); }
 
+inline void store(float* row, int64_t j, float value) { row[j] = value; }
+
+inline void store(at::BFloat16* row, int64_t j, float value) { row[j] = at::BFloat16(value); }  // round to nearest even
+
+constexpr float kFactorLimit = 40.0f;  // e^-80 .. e^80: products of two factors stay normal floats
+
 // Rows of a 2-D tensor whose last dimension is contiguous (views of a wider projection included).
 template <typename T>
 struct Rows {
@@ -63,6 +78,13 @@ template <typename T>
 Rows<T> rows(const at::Tensor& t) {
   return {t.data_ptr<T>(), t.stride(0)};
 }
+
+// Rows written to: float32 sums (a column slice of a wider tensor included).
+struct OutRows {
+  float* data;
+  int64_t stride;
+  float* operator[](int64_t i) const { return data + i * stride; }
+};
 
 constexpr int64_t kGrain = 32;  // destination (or source) nodes per task
 
@@ -79,31 +101,72 @@ inline void prefetch_row(const T* row, int64_t d) {
   }
 }
 
+// factor[i] = exp(-x[i]) in x's dtype; flag[i] = 1 where a row has an entry beyond kFactorLimit (its edges
+// take the direct form).
 template <typename T>
-void forward_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, float* out,
-                    int64_t n, int64_t d) {
+void factors_kernel(Rows<T> x, T* factor, uint8_t* flag, int64_t n, int64_t d) {
+  at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T* xi = x[i];
+      T* fi = factor + i * d;
+      float largest = 0.0f;
+#pragma omp simd reduction(max : largest)
+      for (int64_t j = 0; j < d; ++j) {
+        const float value = load(xi, j);
+        largest = std::fmax(largest, std::fabs(value));
+        store(fi, j, exp_approx(-value));
+      }
+      flag[i] = largest > kFactorLimit;
+    }
+  });
+}
+
+// The key row of destination v in float32 (key) and its factors exp(-key) (ek); false where the row is
+// flagged (then only key is set).
+template <typename T>
+inline bool load_key(const T* kv, float* key, float* ek, int64_t d) {
+  float largest = 0.0f;
+#pragma omp simd reduction(max : largest)
+  for (int64_t j = 0; j < d; ++j) {
+    key[j] = load(kv, j);
+    largest = std::fmax(largest, std::fabs(key[j]));
+  }
+  if (largest > kFactorLimit) return false;
+#pragma omp simd
+  for (int64_t j = 0; j < d; ++j) ek[j] = exp_approx(-key[j]);
+  return true;
+}
+
+template <typename T>
+void forward_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, const T* eq,
+                    const uint8_t* q_flag, OutRows out, int64_t n, int64_t d) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> key(d), acc(d);
+    std::vector<float> key(d), ek(d), acc(d);
     const int64_t last_edge = indptr[end];  // prefetching runs on into the next nodes' edges
     for (int64_t v = begin; v < end; ++v) {
       const int64_t e0 = indptr[v], e1 = indptr[v + 1];
       if (e0 == e1) continue;
-      const T* kv = k[v];
-      for (int64_t j = 0; j < d; ++j) {
-        key[j] = load(kv, j);
-        acc[j] = 0.0f;
-      }
+      const bool factored = load_key(k[v], key.data(), ek.data(), d);
+      std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t e = e0; e < e1; ++e) {
         if (e + kPrefetchAhead < last_edge) {
-          prefetch_row(q[index[e + kPrefetchAhead]], d);
-          prefetch_row(val[index[e + kPrefetchAhead]], d);
+          const int64_t ahead = index[e + kPrefetchAhead];
+          prefetch_row(q_flag[ahead] ? q[ahead] : eq + ahead * d, d);
+          prefetch_row(val[ahead], d);
         }
-        const T* qu = q[index[e]];
-        const T* vu = val[index[e]];
+        const int64_t u = index[e];
+        const T* vu = val[u];
+        if (factored && !q_flag[u]) {
+          const T* eu = eq + u * d;
 #pragma omp simd
-        for (int64_t j = 0; j < d; ++j) acc[j] += sigmoid(key[j] + load(qu, j)) * load(vu, j);
+          for (int64_t j = 0; j < d; ++j) acc[j] += load(vu, j) / (1.0f + ek[j] * load(eu, j));
+        } else {
+          const T* qu = q[u];
+#pragma omp simd
+          for (int64_t j = 0; j < d; ++j) acc[j] += sigmoid(key[j] + load(qu, j)) * load(vu, j);
+        }
       }
-      float* o = out + v * d;
+      float* o = out[v];
 #pragma omp simd
       for (int64_t j = 0; j < d; ++j) o[j] += acc[j];
     }
@@ -112,67 +175,74 @@ void forward_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows
 
 // grad_k[v] = sum_{e = (u, v)} g[v] * val[u] * s * (1 - s),  s = sigmoid(k[v] + q[u])
 template <typename T>
-void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val,
-                     const float* grad_out, float* grad_k, int64_t n, int64_t d) {
+void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, const T* eq,
+                     const uint8_t* q_flag, const float* grad_out, float* grad_k, int64_t n, int64_t d) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> key(d);
+    std::vector<float> key(d), ek(d);
     for (int64_t v = begin; v < end; ++v) {
       const int64_t e0 = indptr[v], e1 = indptr[v + 1];
       if (e0 == e1) continue;
-      const T* kv = k[v];
+      const bool factored = load_key(k[v], key.data(), ek.data(), d);
       const float* g = grad_out + v * d;
       float* gk = grad_k + v * d;
-      for (int64_t j = 0; j < d; ++j) key[j] = load(kv, j);
       for (int64_t e = e0; e < e1; ++e) {
-        const T* qu = q[index[e]];
-        const T* vu = val[index[e]];
+        const int64_t u = index[e];
+        const T* vu = val[u];
+        if (factored && !q_flag[u]) {
+          const T* eu = eq + u * d;
 #pragma omp simd
-        for (int64_t j = 0; j < d; ++j) {
-          const float s = sigmoid(key[j] + load(qu, j));
-          gk[j] += g[j] * load(vu, j) * s * (1.0f - s);
+          for (int64_t j = 0; j < d; ++j) {
+            const float s = 1.0f / (1.0f + ek[j] * load(eu, j));
+            gk[j] += g[j] * load(vu, j) * s * (1.0f - s);
+          }
+        } else {
+          const T* qu = q[u];
+#pragma omp simd
+          for (int64_t j = 0; j < d; ++j) {
+            const float s = sigmoid(key[j] + load(qu, j));
+            gk[j] += g[j] * load(vu, j) * s * (1.0f - s);
+          }
         }
       }
     }
   });
 }
 
-// By source u over its out-edges (u, v): grad_val[u] += s * g[v],  grad_q[u] += g[v] * val[u] * s * (1 - s)
+// By source u over its out-edges (u, v): grad_val[u] += s * g[v],  grad_q[u] += g[v] * val[u] * s * (1 - s);
+// ek / k_flag: the destinations' factors.
 template <typename T>
-void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val,
-                        const float* grad_out, float* grad_q, float* grad_val, int64_t n, int64_t d) {
+void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, const T* ek,
+                        const uint8_t* k_flag, const float* grad_out, float* grad_q, float* grad_val, int64_t n,
+                        int64_t d) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> query(d), value(d);
+    std::vector<float> query(d), eq(d), value(d), s(d);
     for (int64_t u = begin; u < end; ++u) {
       const int64_t e0 = indptr[u], e1 = indptr[u + 1];
       if (e0 == e1) continue;
-      const T* qu = q[u];
+      const bool factored = load_key(q[u], query.data(), eq.data(), d);  // the same test and factors for q
       const T* vu = val[u];
-      for (int64_t j = 0; j < d; ++j) {
-        query[j] = load(qu, j);
-        value[j] = load(vu, j);
-      }
+      for (int64_t j = 0; j < d; ++j) value[j] = load(vu, j);
       float* gq = grad_q ? grad_q + u * d : nullptr;
       float* gv = grad_val ? grad_val + u * d : nullptr;
       for (int64_t e = e0; e < e1; ++e) {
         const int64_t v = index[e];
-        const T* kv = k[v];
         const float* g = grad_out + v * d;
-        if (gq && gv) {
+        if (factored && !k_flag[v]) {
+          const T* fv = ek + v * d;
 #pragma omp simd
-          for (int64_t j = 0; j < d; ++j) {
-            const float s = sigmoid(load(kv, j) + query[j]);
-            gv[j] += s * g[j];
-            gq[j] += g[j] * value[j] * s * (1.0f - s);
-          }
-        } else if (gv) {
-#pragma omp simd
-          for (int64_t j = 0; j < d; ++j) gv[j] += sigmoid(load(kv, j) + query[j]) * g[j];
+          for (int64_t j = 0; j < d; ++j) s[j] = 1.0f / (1.0f + eq[j] * load(fv, j));
         } else {
+          const T* kv = k[v];
 #pragma omp simd
-          for (int64_t j = 0; j < d; ++j) {
-            const float s = sigmoid(load(kv, j) + query[j]);
-            gq[j] += g[j] * value[j] * s * (1.0f - s);
-          }
+          for (int64_t j = 0; j < d; ++j) s[j] = sigmoid(load(kv, j) + query[j]);
+        }
+        if (gv) {
+#pragma omp simd
+          for (int64_t j = 0; j < d; ++j) gv[j] += s[j] * g[j];
+        }
+        if (gq) {
+#pragma omp simd
+          for (int64_t j = 0; j < d; ++j) gq[j] += g[j] * value[j] * s[j] * (1.0f - s[j]);
         }
       }
     }
@@ -190,65 +260,105 @@ void check_csr(const at::Tensor& indptr, const at::Tensor& index, int64_t n) {
   TORCH_CHECK(indptr.is_contiguous() && index.is_contiguous() && indptr.numel() == n + 1, "bad CSR");
 }
 
-}  // namespace
-
-// out (float32, (n_dst, d)) += the gated sum; k: (n_dst, d); q, val: (n_src, d); indptr/index: CSR by destination.
-void gated_sum_forward(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
-                       at::Tensor out) {
-  const int64_t n = out.size(0), d = out.size(1);
-  check_csr(indptr, index, n);
+void check_gates(const at::Tensor& k, const at::Tensor& q, const at::Tensor& val, int64_t d) {
   check_rows(k, "k", d);
   check_rows(q, "q", d);
   check_rows(val, "val", d);
-  TORCH_CHECK(out.scalar_type() == at::kFloat && out.is_contiguous(), "out must be contiguous float32");
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && q.scalar_type() == val.scalar_type(), "k, q, val: one dtype");
-  if (k.scalar_type() == at::kFloat) {
-    forward_kernel<float>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<float>(k), rows<float>(q),
-                          rows<float>(val), out.data_ptr<float>(), n, d);
+}
+
+// The factors of `rows` (see `factors`): contiguous, the rows' dtype and shape, one uint8 flag per row.
+void check_factors(const at::Tensor& factor, const at::Tensor& flag, const at::Tensor& rows) {
+  TORCH_CHECK(factor.is_contiguous() && factor.scalar_type() == rows.scalar_type() && factor.sizes() == rows.sizes(),
+              "factors must be contiguous, with the rows' dtype and shape");
+  TORCH_CHECK(flag.is_contiguous() && flag.scalar_type() == at::kByte && flag.numel() == rows.size(0),
+              "flags: one uint8 per row");
+}
+
+void check_float(const at::Tensor& t, const char* name) {
+  TORCH_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat, name, " must be contiguous float32");
+}
+
+// body(T{}) with T the element type of `t` (float or at::BFloat16).
+template <typename F>
+void dispatch(const at::Tensor& t, F&& body) {
+  if (t.scalar_type() == at::kFloat) {
+    body(float{});
   } else {
-    forward_kernel<at::BFloat16>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<at::BFloat16>(k),
-                                 rows<at::BFloat16>(q), rows<at::BFloat16>(val), out.data_ptr<float>(), n, d);
+    body(at::BFloat16{});
   }
+}
+
+}  // namespace
+
+// factor = exp(-x) row by row in x's dtype, flag[i] = 1 where row i has an entry beyond the factorisation's range.
+void gated_sum_factors(at::Tensor x, at::Tensor factor, at::Tensor flag) {
+  check_rows(x, "x", x.size(1));
+  check_factors(factor, flag, x);
+  dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    factors_kernel<T>(rows<T>(x), factor.data_ptr<T>(), flag.data_ptr<uint8_t>(), x.size(0), x.size(1));
+  });
+}
+
+// out (float32, (n_dst, d), contiguous rows) += the gated sum; k: (n_dst, d); q, val: (n_src, d); eq, q_flag: the
+// factors of q; indptr/index: CSR by destination. k, q, val and out may be column slices of wider tensors.
+void gated_sum_forward(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
+                       at::Tensor eq, at::Tensor q_flag, at::Tensor out) {
+  const int64_t n = out.size(0), d = out.size(1);
+  check_csr(indptr, index, n);
+  check_gates(k, q, val, d);
+  check_factors(eq, q_flag, q);
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out.dim() == 2 && out.stride(1) == 1,
+              "out must be float32 with contiguous rows");
+  dispatch(k, [&](auto tag) {
+    using T = decltype(tag);
+    forward_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q), rows<T>(val),
+                      eq.data_ptr<T>(), q_flag.data_ptr<uint8_t>(), OutRows{out.data_ptr<float>(), out.stride(0)}, n,
+                      d);
+  });
 }
 
 // grad_k (float32, (n_dst, d)) += d loss / d k, by destination (dst_indptr / dst_index).
 void gated_sum_grad_key(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
-                        at::Tensor grad_out, at::Tensor grad_k) {
+                        at::Tensor eq, at::Tensor q_flag, at::Tensor grad_out, at::Tensor grad_k) {
   const int64_t n = grad_k.size(0), d = grad_k.size(1);
   check_csr(indptr, index, n);
-  TORCH_CHECK(grad_out.is_contiguous() && grad_out.scalar_type() == at::kFloat, "grad_out: contiguous float32");
-  TORCH_CHECK(grad_k.is_contiguous() && grad_k.scalar_type() == at::kFloat, "grad_k: contiguous float32");
-  if (k.scalar_type() == at::kFloat) {
-    grad_key_kernel<float>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<float>(k), rows<float>(q),
-                           rows<float>(val), grad_out.data_ptr<float>(), grad_k.data_ptr<float>(), n, d);
-  } else {
-    grad_key_kernel<at::BFloat16>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<at::BFloat16>(k),
-                                  rows<at::BFloat16>(q), rows<at::BFloat16>(val), grad_out.data_ptr<float>(),
-                                  grad_k.data_ptr<float>(), n, d);
-  }
+  check_gates(k, q, val, d);
+  check_factors(eq, q_flag, q);
+  check_float(grad_out, "grad_out");
+  check_float(grad_k, "grad_k");
+  dispatch(k, [&](auto tag) {
+    using T = decltype(tag);
+    grad_key_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q), rows<T>(val),
+                       eq.data_ptr<T>(), q_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
+                       grad_k.data_ptr<float>(), n, d);
+  });
 }
 
 // grad_q, grad_val (float32, (n_src, d); either may be empty) += their gradients, by source
-// (src_indptr / src_index: for each source, the destinations of its out-edges).
+// (src_indptr / src_index: for each source, the destinations of its out-edges); ek, k_flag: the factors of k.
 void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
-                           at::Tensor grad_out, at::Tensor grad_q, at::Tensor grad_val) {
+                           at::Tensor ek, at::Tensor k_flag, at::Tensor grad_out, at::Tensor grad_q,
+                           at::Tensor grad_val) {
   const int64_t n = q.size(0), d = q.size(1);
   check_csr(indptr, index, n);
-  TORCH_CHECK(grad_out.is_contiguous() && grad_out.scalar_type() == at::kFloat, "grad_out: contiguous float32");
+  check_gates(k, q, val, d);
+  check_factors(ek, k_flag, k);
+  check_float(grad_out, "grad_out");
   float* gq = grad_q.numel() ? grad_q.data_ptr<float>() : nullptr;
   float* gv = grad_val.numel() ? grad_val.data_ptr<float>() : nullptr;
   if (!gq && !gv) return;
-  if (k.scalar_type() == at::kFloat) {
-    grad_source_kernel<float>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<float>(k),
-                              rows<float>(q), rows<float>(val), grad_out.data_ptr<float>(), gq, gv, n, d);
-  } else {
-    grad_source_kernel<at::BFloat16>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<at::BFloat16>(k),
-                                     rows<at::BFloat16>(q), rows<at::BFloat16>(val), grad_out.data_ptr<float>(), gq,
-                                     gv, n, d);
-  }
+  dispatch(k, [&](auto tag) {
+    using T = decltype(tag);
+    grad_source_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q),
+                          rows<T>(val), ek.data_ptr<T>(), k_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
+                          gq, gv, n, d);
+  });
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("factors", &gated_sum_factors, "exp(-x) row by row, and a flag per row outside the factorisation's range");
   m.def("forward", &gated_sum_forward, "gated sum, forward (adds into out)");
   m.def("grad_key", &gated_sum_grad_key, "gated sum, gradient of the destination gate");
   m.def("grad_source", &gated_sum_grad_source, "gated sum, gradients of the source gate and value");

@@ -1,0 +1,75 @@
+"""Large host buffers on transparent huge pages, for tensors whose rows are read in random order.
+
+The gated sum of a large graph reads two source rows per edge, in the order of the edges: rows far
+apart in a tensor of hundreds of MB. With the default 4 KiB pages each such read misses the TLB (an
+arXiv-size layer's query and value take 170,000 pages), and the page walk adds to the wait on memory;
+one 2 MiB page covers 512 of them. Linux backs memory with huge pages where a program asks for it
+(``madvise(MADV_HUGEPAGE)``, the usual setting of ``/sys/kernel/mm/transparent_hugepage/enabled``), and
+:func:`empty` asks for it on a fresh buffer before anything is written to it. PyTorch can do the same for
+every large tensor of a process (``THP_MEM_ALLOC_ENABLE=1``, read once when the process starts); this
+module does it for the few buffers that gain from it, whatever the environment.
+
+Where huge pages are not offered (another OS, ``never``, a buffer on a GPU) :func:`empty` is
+``torch.empty``: the advice changes speed, never values.
+
+Example
+-------
+>>> import torch
+>>> from gpse_dgl.utils import memory
+>>> memory.empty((4096, 512)).shape
+torch.Size([4096, 512])
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import sys
+
+import torch
+
+__all__ = ["HUGE_PAGE_BYTES", "empty", "huge_pages_available"]
+
+HUGE_PAGE_BYTES = 1 << 21
+_MADV_HUGEPAGE = 14  # <linux/mman.h>
+_THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
+
+
+@functools.lru_cache(maxsize=None)
+def _madvise():
+    """libc's ``madvise`` where transparent huge pages can be asked for, else None."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        with open(_THP_SETTING) as fh:
+            if "[never]" in fh.read():
+                return None
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        madvise = libc.madvise
+    except (OSError, AttributeError):
+        return None
+    madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    madvise.restype = ctypes.c_int
+    return madvise
+
+
+def huge_pages_available() -> bool:
+    """Whether :func:`empty` can put buffers on huge pages here."""
+    return _madvise() is not None
+
+
+def empty(shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
+    """``torch.empty(shape, dtype=dtype, device=device)``, asked to live on huge pages when it is a host
+    buffer of at least two of them (the whole 2 MiB pages inside it; the advice must come before the
+    first write, which is why it is given here and not to an existing tensor)."""
+    tensor = torch.empty(shape, dtype=dtype, device=device)
+    madvise = _madvise()
+    nbytes = tensor.numel() * tensor.element_size()
+    if madvise is None or tensor.device.type != "cpu" or nbytes < 2 * HUGE_PAGE_BYTES:
+        return tensor
+    start = tensor.data_ptr()
+    first = -(-start // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
+    last = (start + nbytes) // HUGE_PAGE_BYTES * HUGE_PAGE_BYTES
+    if last > first:
+        madvise(first, last - first, _MADV_HUGEPAGE)  # a refusal (EINVAL on old kernels) only costs speed
+    return tensor
