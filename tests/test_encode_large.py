@@ -149,3 +149,10 @@ def test_expand_fanouts():
     for bad in ((), (0,), (-2,)):
         with pytest.raises(ValueError):
             expand_fanouts(bad, 3)
+
+
+def test_an_empty_graph_without_virtual_nodes_gives_no_rows():
+    """No chunk at all (no node, no virtual node): an empty result, not an error."""
+    encoder = GPSE(dim_in=4, dim_hidden=8, num_layers=2, virtual_node=False).eval()
+    out = layerwise_forward(encoder, dgl.graph(([], []), num_nodes=0), torch.zeros(0, 4))
+    assert out.shape == (0, 8)

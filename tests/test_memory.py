@@ -12,8 +12,8 @@ def test_a_large_buffer_is_advised_over_its_whole_huge_pages(monkeypatch):
     calls = []
     monkeypatch.setattr(memory, "_madvise", lambda: lambda start, length, advice: calls.append((start, length,
                                                                                                advice)) or 0)
-    buf = memory.empty((3000, 1024), dtype=torch.float32)  # 12 MB
-    assert buf.shape == (3000, 1024) and buf.dtype == torch.float32
+    buf = memory.empty((10000, 1024), dtype=torch.float32)  # 41 MB
+    assert buf.shape == (10000, 1024) and buf.dtype == torch.float32
     (start, length, advice), = calls
     begin, end = buf.data_ptr(), buf.data_ptr() + buf.numel() * 4
     assert start % memory.HUGE_PAGE_BYTES == 0 and length % memory.HUGE_PAGE_BYTES == 0
@@ -21,7 +21,7 @@ def test_a_large_buffer_is_advised_over_its_whole_huge_pages(monkeypatch):
     assert advice == 14  # MADV_HUGEPAGE
 
 
-@pytest.mark.parametrize("shape, device", [((8, 8), "cpu"), ((100, 1024), "cpu"), ((3000, 1024), "meta")])
+@pytest.mark.parametrize("shape, device", [((8, 8), "cpu"), ((3000, 1024), "cpu"), ((10000, 1024), "meta")])
 def test_small_or_non_host_buffers_are_plain(monkeypatch, shape, device):
     calls = []
     monkeypatch.setattr(memory, "_madvise", lambda: lambda *args: calls.append(args) or 0)

@@ -150,6 +150,56 @@ def test_source_factors_are_kept_while_the_sources_are_unchanged():
     assert native.factors(torch.randn(3, 8))[0] is not native.factors(torch.randn(3, 8))[0]
 
 
+@needs_kernel
+def test_kept_factors_go_with_their_tensor():
+    """The kept factors do not outlive the sources they belong to (a layer-wise encode's are hundreds of MB)."""
+    import gc
+    import weakref
+
+    q = torch.randn(10, 8)
+    factor = weakref.ref(native.factors(q, keep=True)[0])
+    gc.collect()
+    assert factor() is not None
+    del q
+    gc.collect()
+    assert factor() is None
+
+
+@needs_kernel
+def test_inference_mode_runs_without_a_cache():
+    """Inference-mode tensors have no version counter: nothing is kept, and the encoder gives what it gives
+    under no_grad (also when the model itself was built in inference mode)."""
+    from gpse_dgl.nn.gpse import GPSE
+
+    graph = dgl.graph(([0, 1, 1, 2, 2, 3], [1, 0, 2, 1, 3, 2]))
+    torch.manual_seed(0)
+    model = GPSE(dim_hidden=16, num_layers=2).eval()
+    x = torch.randn(4, model.dim_in)
+    with torch.no_grad():
+        expected = model(graph, x)
+    for precision in (torch.float32, torch.bfloat16):
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision != torch.float32):
+            got = model(graph, x)
+            with torch.no_grad():
+                reference = model(graph, x)
+        torch.testing.assert_close(got, reference, atol=0, rtol=0)
+        if precision == torch.float32:
+            torch.testing.assert_close(got, expected, atol=0, rtol=0)
+    with torch.inference_mode():
+        built_there = GPSE(dim_hidden=16, num_layers=2).eval()
+        built_there.load_state_dict(model.state_dict())
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            assert built_there(graph, x).isfinite().all()
+
+
+@needs_kernel
+def test_out_with_overlapping_rows_is_not_written_by_the_kernel():
+    graph = graphs()["hub"]
+    k, q, v = (torch.randn(301, 8) for _ in range(3))
+    with torch.no_grad(), pytest.raises(RuntimeError):
+        native.native_gated_sum(graph, k, q, v, out=torch.zeros(1, 8).expand(301, 8))
+
+
 def test_other_dtypes_and_devices_take_the_torch_ops_path():
     k = torch.zeros(3, 4, dtype=torch.float16)
     assert not native.supports(k, k, k)

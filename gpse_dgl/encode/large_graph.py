@@ -181,7 +181,7 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
         h[chunk.start:chunk.stop] = encoder.input_stage(x_all[chunk.start:chunk.stop])
     del x_all
     groups = _row_groups(mine)
-    buffers = _LayerBuffers(h, max(group[-1].stop - group[0].start for group in groups))
+    buffers = _LayerBuffers(h, max((group[-1].stop - group[0].start for group in groups), default=0))
     layers = _progress(list(enumerate(encoder.convs)), progress, desc="GPSE layers", unit="layer", leave=False)
     for layer, conv in layers:
         # one cast of the states for the layer's four products (under autocast); a group's own rows

@@ -32,6 +32,7 @@ import shutil
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -161,22 +162,37 @@ def _csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.T
 def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(exp(-x), flags)``: the gate factors of the rows of ``x`` in its dtype (the kernel computes
     ``sigmoid(k + q)`` as ``1 / (1 + exp(-k) exp(-q))``) and one uint8 per row, 1 where an entry is too
-    large for that form (its edges take ``sigmoid(k + q)`` itself).
+    large for that form (its edges take ``sigmoid(k + q)`` itself). For bf16 rows the factors are stored
+    in bf16 too: a gate then carries bf16's rounding of ``exp(-q)`` (at most ~1e-3), where before it
+    carried the rounding of ``q`` itself; both within the bf16 contract of ``tests/test_precision.py``.
 
-    With ``keep`` they are kept on the tensor object while ``x`` is unchanged (its version counter):
+    With ``keep`` the factors of the last tensor asked for are kept while that tensor lives and is
+    unchanged (its version counter; ``.data`` edits are not seen, as autograd does not see them):
     layer-wise inference aggregates each chunk of destinations with the same sources, whose factors are
-    then computed once per layer. Training does not keep them: they would live as long as the saved
-    activations.
+    then computed once per layer. Training does not keep them (they would live as long as the saved
+    activations), nor does inference mode (its tensors have no version counter).
     """
-    cached = x.__dict__.get("_gpse_gate_factors")
-    if cached is not None and cached[0] == tensor_version(x):
-        return cached[1], cached[2]
+    keep = keep and not x.is_inference()
+    if keep and _kept.get("tensor") is not None and _kept["tensor"]() is x and _kept["version"] == tensor_version(x):
+        return _kept["factors"]
     factor = memory.empty(tuple(x.shape), dtype=x.dtype)  # read in random order, like the rows themselves
     flags = torch.empty(x.shape[0], dtype=torch.uint8)
     kernel().factors(x, factor, flags)
     if keep:
-        x.__dict__["_gpse_gate_factors"] = (tensor_version(x), factor, flags)
+        _kept.clear()
+        _kept.update(tensor=weakref.ref(x), version=tensor_version(x), factors=(factor, flags))
+        weakref.finalize(x, _forget, id(x))  # the factors go when the tensor goes
     return factor, flags
+
+
+#: The factors kept by :func:`factors` (one tensor's at a time).
+_kept: dict = {}
+
+
+def _forget(tensor_id: int) -> None:
+    ref = _kept.get("tensor")
+    if ref is None or ref() is None or id(ref()) == tensor_id:
+        _kept.clear()
 
 
 class _NativeGatedSum(torch.autograd.Function):
@@ -221,7 +237,8 @@ def native_gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_
     if needs_grad:
         return _NativeGatedSum.apply(dst_gate, src_gate, src_feat, csr)
     target = out
-    if out is None or out.dtype != torch.float32 or out.dim() != 2 or out.stride(1) != 1:
+    if (out is None or out.dtype != torch.float32 or out.dim() != 2 or out.stride(1) != 1
+            or out.stride(0) < out.shape[1]):  # rows must not overlap (an expanded tensor's do)
         target = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32)
     kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate, keep=True),
                      target)

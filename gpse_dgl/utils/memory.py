@@ -28,9 +28,12 @@ import sys
 
 import torch
 
-__all__ = ["HUGE_PAGE_BYTES", "empty", "huge_pages_available"]
+__all__ = ["HUGE_PAGE_BYTES", "MIN_ADVISED_BYTES", "empty", "huge_pages_available"]
 
 HUGE_PAGE_BYTES = 1 << 21
+#: Smaller buffers are left alone: glibc serves them from its heap (up to 32 MiB), whose pages outlive the
+#: buffer, and their rows are few enough for the TLB to cover with small pages.
+MIN_ADVISED_BYTES = 32 << 20
 _MADV_HUGEPAGE = 14  # <linux/mman.h>
 _THP_SETTING = "/sys/kernel/mm/transparent_hugepage/enabled"
 
@@ -60,12 +63,12 @@ def huge_pages_available() -> bool:
 
 def empty(shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tensor:
     """``torch.empty(shape, dtype=dtype, device=device)``, asked to live on huge pages when it is a host
-    buffer of at least two of them (the whole 2 MiB pages inside it; the advice must come before the
-    first write, which is why it is given here and not to an existing tensor)."""
+    buffer of at least :data:`MIN_ADVISED_BYTES` (the whole 2 MiB pages inside it; the advice must come
+    before the first write, which is why it is given here and not to an existing tensor)."""
     tensor = torch.empty(shape, dtype=dtype, device=device)
     madvise = _madvise()
     nbytes = tensor.numel() * tensor.element_size()
-    if madvise is None or tensor.device.type != "cpu" or nbytes < 2 * HUGE_PAGE_BYTES:
+    if madvise is None or tensor.device.type != "cpu" or nbytes < MIN_ADVISED_BYTES:
         return tensor
     start = tensor.data_ptr()
     first = -(-start // HUGE_PAGE_BYTES) * HUGE_PAGE_BYTES
