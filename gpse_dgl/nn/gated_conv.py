@@ -106,22 +106,12 @@ class ResGatedConv(nn.Module):
     def extra_repr(self) -> str:
         return f"{self.in_feats}, {self.out_feats}, bias={self.bias is not None}, backend={self.backend!r}"
 
-    def _block(self, i: int, weight=None, kqv_bias=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Rows of map ``i`` (key, query, value, skip) of ``weight`` / ``kqv_bias`` (default: the
-        parameters)."""
-        weight = self.weight if weight is None else weight
-        kqv_bias = self.kqv_bias if kqv_bias is None else kqv_bias
-        d = self.out_feats
-        w = weight[i * d:(i + 1) * d]
-        b = kqv_bias[i * d:(i + 1) * d] if i < 3 else None
-        return w, b
-
     def source_projections(self, feat_src: torch.Tensor, out: torch.Tensor | None = None
                            ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(query, value)`` of nodes acting as message sources, each ``(n, out_feats)``.
 
-        Both are column halves of one ``(n, 2 * out_feats)`` product: a source's query and value lie side
-        by side, so the gated sum reads one stretch of memory per edge. ``out`` is an optional
+        Both are column halves of one ``(n, 2 * out_feats)`` product (the gated sum reads rows a stride
+        apart where they are). ``out`` is an optional
         ``(n, 2 * out_feats)`` buffer of the product dtype (:func:`product_dtype`) to write it into (so
         that a loop over layers reuses one buffer).
 
