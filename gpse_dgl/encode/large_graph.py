@@ -230,12 +230,11 @@ class _LayerBuffers:
     """
 
     def __init__(self, h: torch.Tensor, group_rows: int):
-        d = h.shape[1]
-        self.dtype = product_dtype(h)
-        self.sources = memory.empty((h.shape[0], 2 * d), dtype=self.dtype, device=h.device)
-        self.destinations = memory.empty((group_rows, 2 * d), dtype=self.dtype, device=h.device)
-        low = self.dtype != h.dtype
-        self._cast = memory.empty(h.shape, dtype=self.dtype, device=h.device) if low else None
+        d, dtype = h.shape[1], product_dtype(h)
+        self.sources = memory.empty((h.shape[0], 2 * d), dtype=dtype, device=h.device)
+        self.destinations = memory.empty((group_rows, 2 * d), dtype=dtype, device=h.device)
+        low = dtype != h.dtype
+        self._cast = memory.empty(h.shape, dtype=dtype, device=h.device) if low else None
         self._sums = memory.empty((group_rows, d), dtype=h.dtype, device=h.device) if low else None
 
     def product_input(self, h: torch.Tensor) -> torch.Tensor:

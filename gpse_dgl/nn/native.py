@@ -173,7 +173,8 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
     activations), nor does inference mode (its tensors have no version counter).
     """
     keep = keep and not x.is_inference()
-    if keep and _kept.get("tensor") is not None and _kept["tensor"]() is x and _kept["version"] == tensor_version(x):
+    kept = _kept.get("tensor")
+    if keep and kept is not None and kept() is x and _kept["version"] == tensor_version(x):
         return _kept["factors"]
     factor = memory.empty(tuple(x.shape), dtype=x.dtype)  # read in random order, like the rows themselves
     flags = torch.empty(x.shape[0], dtype=torch.uint8)
@@ -181,7 +182,7 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
     if keep:
         _kept.clear()
         _kept.update(tensor=weakref.ref(x), version=tensor_version(x), factors=(factor, flags))
-        weakref.finalize(x, _forget, id(x))  # the factors go when the tensor goes
+        weakref.finalize(x, _forget)  # the factors go when the tensor goes
     return factor, flags
 
 
@@ -189,9 +190,10 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
 _kept: dict = {}
 
 
-def _forget(tensor_id: int) -> None:
-    ref = _kept.get("tensor")
-    if ref is None or ref() is None or id(ref()) == tensor_id:
+def _forget() -> None:
+    """Drop the kept factors if their tensor is gone (another tensor's may have taken the slot since)."""
+    kept = _kept.get("tensor")
+    if kept is not None and kept() is None:
         _kept.clear()
 
 

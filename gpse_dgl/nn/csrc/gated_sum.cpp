@@ -19,10 +19,10 @@
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <algorithm>
 #include <vector>
 
 namespace {
@@ -121,19 +121,19 @@ void factors_kernel(Rows<T> x, T* factor, uint8_t* flag, int64_t n, int64_t d) {
   });
 }
 
-// The key row of destination v in float32 (key) and its factors exp(-key) (ek); false where the row is
-// flagged (then only key is set).
+// A row (a destination's key, or a source's query) in float32 (`row`) and its factors exp(-row) (`factor`);
+// false where the row is flagged (then only `row` is set).
 template <typename T>
-inline bool load_key(const T* kv, float* key, float* ek, int64_t d) {
+inline bool load_with_factors(const T* x, float* row, float* factor, int64_t d) {
   float largest = 0.0f;
 #pragma omp simd reduction(max : largest)
   for (int64_t j = 0; j < d; ++j) {
-    key[j] = load(kv, j);
-    largest = std::fmax(largest, std::fabs(key[j]));
+    row[j] = load(x, j);
+    largest = std::fmax(largest, std::fabs(row[j]));
   }
   if (largest > kFactorLimit) return false;
 #pragma omp simd
-  for (int64_t j = 0; j < d; ++j) ek[j] = exp_approx(-key[j]);
+  for (int64_t j = 0; j < d; ++j) factor[j] = exp_approx(-row[j]);
   return true;
 }
 
@@ -146,7 +146,7 @@ void forward_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows
     for (int64_t v = begin; v < end; ++v) {
       const int64_t e0 = indptr[v], e1 = indptr[v + 1];
       if (e0 == e1) continue;
-      const bool factored = load_key(k[v], key.data(), ek.data(), d);
+      const bool factored = load_with_factors(k[v], key.data(), ek.data(), d);
       std::fill(acc.begin(), acc.end(), 0.0f);
       for (int64_t e = e0; e < e1; ++e) {
         if (e + kPrefetchAhead < last_edge) {
@@ -182,7 +182,7 @@ void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Row
     for (int64_t v = begin; v < end; ++v) {
       const int64_t e0 = indptr[v], e1 = indptr[v + 1];
       if (e0 == e1) continue;
-      const bool factored = load_key(k[v], key.data(), ek.data(), d);
+      const bool factored = load_with_factors(k[v], key.data(), ek.data(), d);
       const float* g = grad_out + v * d;
       float* gk = grad_k + v * d;
       for (int64_t e = e0; e < e1; ++e) {
@@ -219,7 +219,7 @@ void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, 
     for (int64_t u = begin; u < end; ++u) {
       const int64_t e0 = indptr[u], e1 = indptr[u + 1];
       if (e0 == e1) continue;
-      const bool factored = load_key(q[u], query.data(), eq.data(), d);  // the same test and factors for q
+      const bool factored = load_with_factors(q[u], query.data(), eq.data(), d);
       const T* vu = val[u];
       for (int64_t j = 0; j < d; ++j) value[j] = load(vu, j);
       float* gq = grad_q ? grad_q + u * d : nullptr;
