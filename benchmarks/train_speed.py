@@ -224,33 +224,46 @@ def run_side(args) -> dict:
 
 
 def _parts(model, batches, mixed, clock) -> dict:
-    """Seconds per step of our encoder's products alone and of its edges alone, forward and backward, in the
-    run's precision, measured after the timed steps on the same batches: the four maps of a layer over every
-    row of a batch (with its virtual nodes), and one gated sum over its edges, each times the layers."""
+    """Seconds per step of our encoder's products alone, of its edges alone and of its dropouts alone, forward
+    and backward, in the run's precision, measured after the timed steps on the same batches: the four maps
+    of a layer over every row of a batch (with its virtual nodes) and one gated sum over its edges, each
+    times the layers; the dropout of every layer and of the input stage (float32 rows, as under autocast),
+    ours (:mod:`gpse_dgl.nn.dropout`) and torch's ``F.dropout`` on the same rows."""
     import torch
+    import torch.nn.functional as F
 
+    from gpse_dgl.nn.dropout import dropout
     from gpse_dgl.nn.ops import gated_sum
 
     encoder = model.encoder
     conv, layers = encoder.convs[0], len(encoder.convs)
+    device = conv.weight.device  # rows drawn on the CPU (the same numbers on every device), then moved
     products = edges = 0.0
+    dropouts = {"ours": 0.0, "torch": 0.0}
     gen = torch.Generator().manual_seed(0)
     for g, *_ in batches:
         aug, _ = encoder.prepare(g)
-        h = torch.randn(aug.num_nodes(), conv.in_feats, generator=gen).requires_grad_()
+        h = torch.randn(aug.num_nodes(), conv.in_feats, generator=gen).to(device).requires_grad_()
         start = clock()
         with mixed.autocast():
-            maps = conv.source_projections(h) + conv.destination_projections(h)
+            maps = conv.projections(h)  # as a training step runs them
         sum(m.float().sum() for m in maps).backward()
         products += clock() - start
         dtype = maps[0].dtype
-        k, q, v = (torch.randn(aug.num_nodes(), conv.out_feats, generator=gen).to(dtype).requires_grad_()
+        k, q, v = (torch.randn(aug.num_nodes(), conv.out_feats, generator=gen).to(device, dtype).requires_grad_()
                    for _ in range(3))
         start = clock()
         gated_sum(aug, k, q, v).sum().backward()
         edges += clock() - start
+        rows = torch.randn(aug.num_nodes(), conv.out_feats, generator=gen).to(device).requires_grad_()
+        for side, drop in (("ours", dropout), ("torch", F.dropout)):
+            start = clock()
+            drop(rows, encoder.dropout.p, True).backward(torch.ones_like(rows))
+            dropouts[side] += clock() - start
+    per_step = (layers + 1) / len(batches)
     return {"products_s_per_step": products * layers / len(batches), "edges_s_per_step": edges * layers / len(batches),
-            "row_bytes_per_edge": 2 * conv.out_feats * torch.empty(0, dtype=dtype).element_size()}
+            "row_bytes_per_edge": 2 * conv.out_feats * torch.empty(0, dtype=dtype).element_size(),
+            "dropout_s_per_step": dropouts["ours"] * per_step, "torch_dropout_s_per_step": dropouts["torch"] * per_step}
 
 
 def _device_clock(clock, device):
@@ -308,17 +321,19 @@ def report(args, results, argv, load_start) -> str:
     for key, r in results.items():
         parts = (f"{r['products_s_per_step']:.3f} / {r['edges_s_per_step']:.3f} ({r['row_bytes_per_edge']:,} B)"
                  if "products_s_per_step" in r else "")
+        dropouts = (f"{r['dropout_s_per_step']:.3f} / {r['torch_dropout_s_per_step']:.3f}"
+                    if "dropout_s_per_step" in r else "")
         rows.append([f"{LABELS[r['side']]}, {key.split(' ', 1)[1]}", f"{r['graphs_per_s']:,.1f}", f"{r['s_per_step']:.3f}",
-                     parts, f"{r['peak_rss_mb']:,.0f}", f"{r['peak_rss_mb'] - r['rss_before_training_mb']:,.0f}",
+                     parts, dropouts, f"{r['peak_rss_mb']:,.0f}", f"{r['peak_rss_mb'] - r['rss_before_training_mb']:,.0f}",
                      f"{r['eval_loss_batch0']:.6f}", f"{r['first_loss']:.4f} -> {r['last_loss']:.4f}"])
     if "ours fp32" in results and "PyG fp32" in results:
         o, p = results["ours fp32"], results["PyG fp32"]
         rows.append(["**ratio gpse-dgl / PyG**", f"**{o['graphs_per_s'] / p['graphs_per_s']:.2f}x**",
-                     f"{o['s_per_step'] / p['s_per_step']:.2f}", "", f"{o['peak_rss_mb'] / p['peak_rss_mb']:.2f}",
+                     f"{o['s_per_step'] / p['s_per_step']:.2f}", "", "", f"{o['peak_rss_mb'] / p['peak_rss_mb']:.2f}",
                      "", f"diff {abs(o['eval_loss_batch0'] - p['eval_loss_batch0']):.1e}", ""])
     memory = "GPU memory" if args.device.startswith("cuda") else "RSS"
     lines.append(markdown_table(["", "graphs/s", "s/step", "products alone / edges alone, s/step (source-row bytes "
-                                 "per edge)", f"peak {memory} (MiB)", f"{memory} growth in training (MiB)",
+                                 "per edge)", "dropouts alone, ours / torch's, s/step", f"peak {memory} (MiB)", f"{memory} growth in training (MiB)",
                                  "eval loss, batch 0", "train loss first -> last"], rows))
     return "\n".join(lines)
 

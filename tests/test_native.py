@@ -218,7 +218,7 @@ def test_turned_off_it_says_so_and_the_torch_path_runs():
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines == ["torch ops: the fused kernel is not available (GPSE_DGL_NATIVE=0)", "_GatedSumBackward"]
+    assert lines == ["torch ops: the compiled kernels are not available (GPSE_DGL_NATIVE=0)", "_GatedSumBackward"]
 
 
 def test_a_failed_build_falls_back_with_its_reason(monkeypatch):
@@ -228,7 +228,7 @@ def test_a_failed_build_falls_back_with_its_reason(monkeypatch):
     monkeypatch.setattr(native, "_state", {})
     monkeypatch.setattr("torch.utils.cpp_extension.load", broken)
     assert native.kernel() is None
-    assert native.describe() == ("torch ops: the fused kernel is not available (RuntimeError: Ninja is required "
+    assert native.describe() == ("torch ops: the compiled kernels are not available (RuntimeError: Ninja is required "
                                  "to load C++ extensions)")
 
 
@@ -256,7 +256,7 @@ def test_info_and_run_records_name_the_path(capsys, monkeypatch):
 
     monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
     code, out, _ = run_cli(["info"], capsys)
-    assert code == 0 and "gated sum: torch ops: the fused kernel is not available (turned off by the test)" in out
+    assert code == 0 and "CPU kernels (gated sum, dropout): torch ops: the compiled kernels are not available (turned off by the test)" in out
     record = run_environment(Context(), "cpu", "fp32", None)
     assert record["gated_sum"] == native.describe()
 

@@ -74,7 +74,7 @@ def command():
         if kind == "cpu":
             from ..nn import native
 
-            click.echo(f"           gated sum: {native.describe()}")
+            click.echo(f"           CPU kernels (gated sum, dropout): {native.describe()}")
 
 
 def _precision_line(device: str) -> str:

@@ -146,30 +146,40 @@ class ResGatedConv(nn.Module):
                              f"got {out.dtype} {tuple(out.shape)}")
         return torch.addmm(bias.to(dtype), feat.to(dtype), weight.to(dtype).t(), out=out)
 
+    def projections(self, feat: torch.Tensor, workspace: torch.Tensor | None = None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(key, query, value, skip)`` of the rows ``feat`` (every node both source and destination), the
+        column blocks of one ``(n, 4 * out_feats)`` product: one product runs closer to the machine's peak
+        than four, under bf16 row buckets its input is cast and padded once, and in backward the input's
+        gradient is one product too. ``workspace`` as in :meth:`forward` (without autograd only)."""
+        return self._project(feat, feat, workspace)
+
     def _project(self, feat_src, feat_dst, workspace):
         """``(key, query, value, skip)``, each ``(n, out_feats)`` with contiguous rows."""
-        if torch.is_grad_enabled() and (self.weight.requires_grad or self.kqv_bias.requires_grad
-                                        or feat_src.requires_grad or feat_dst.requires_grad):
+        d = self.out_feats
+        grad = torch.is_grad_enabled() and (self.weight.requires_grad or self.kqv_bias.requires_grad
+                                            or feat_src.requires_grad or feat_dst.requires_grad)
+        if grad and feat_src is not feat_dst:
             # The four maps are views of one split: its backward concatenates their weight gradients,
             # where four slices would each zero-fill a gradient of the full (4 d, d) weight first.
             # Created in the order key, query, value, skip: that order fixes how autograd sums the
-            # gradients of the input (reproducible training).
-            weights, biases = self.weight.split(self.out_feats), self.kqv_bias.split(self.out_feats)
+            # gradients of the inputs (reproducible training).
+            weights, biases = self.weight.split(d), self.kqv_bias.split(d)
             return (F.linear(feat_dst, weights[0], biases[0]), F.linear(feat_src, weights[1], biases[1]),
                     F.linear(feat_src, weights[2], biases[2]), F.linear(feat_dst, weights[3]))
+        bias = torch.cat([self.kqv_bias, self.kqv_bias.new_zeros(d)])
+        if grad:
+            return F.linear(feat_src, self.weight, bias).split(d, dim=1)
         if feat_src is not feat_dst:  # a bipartite block: sources and destinations are different rows
             query, value = self.source_projections(feat_src)
             key, skip = self.destination_projections(feat_dst)
             return key, query, value, skip
-        # No autograd: one product [key | query | value | skip] per row (one large product runs closer to
-        # the machine's peak than four), written into a buffer that the caller reuses across layers
-        # through ``workspace``, so no large tensor is allocated per layer.
-        d, n = self.out_feats, feat_src.shape[0]
-        dtype = product_dtype(feat_src)
+        # No autograd: the product is written into a buffer that the caller reuses across layers through
+        # ``workspace``, so no large tensor is allocated per layer.
+        n, dtype = feat_src.shape[0], product_dtype(feat_src)
         if (workspace is None or workspace.dim() != 2 or workspace.shape[0] < n or workspace.shape[1] != 4 * d
                 or workspace.dtype != dtype or workspace.device != feat_src.device):
             workspace = feat_src.new_empty((n, 4 * d), dtype=dtype)
-        bias = torch.cat([self.kqv_bias, self.kqv_bias.new_zeros(d)])
         return tuple(self._linear(feat_src, self._weight_as(dtype), bias, workspace[:n]).split(d, dim=1))
 
     def _weight_as(self, dtype: torch.dtype) -> torch.Tensor:

@@ -31,6 +31,7 @@ import dgl
 
 from ..utils.precision import to_accumulation
 from .batch_norm import BatchNorm1d
+from .dropout import Dropout
 from .gated_conv import ResGatedConv, product_dtype
 from .heads import GPSE_POOLINGS, GPSEHeads
 from .random_features import random_node_features
@@ -131,7 +132,7 @@ class GPSE(nn.Module):
             for _ in range(self.num_layers))
         self.norms = nn.ModuleList(
             BatchNorm1d(self.dim_hidden, eps=1e-5, momentum=0.1) for _ in range(self.num_layers))
-        self.dropout = nn.Dropout(float(dropout))
+        self.dropout = Dropout(float(dropout))
         self._backend = backend
         self.reset_parameters()
 

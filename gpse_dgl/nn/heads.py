@@ -30,6 +30,7 @@ import torch.nn.functional as F
 
 from ..utils.precision import to_accumulation
 from . import ops
+from .dropout import Dropout
 from .virtual_node import VirtualNodeInfo, pool
 
 __all__ = ["GPSEHeads", "GPSE_POOLINGS", "post_mp_mlp", "GraphHead", "NodeHead", "POOLINGS"]
@@ -106,7 +107,7 @@ class GPSEHeads(nn.Module):
         self.node_out_bias = nn.Parameter(torch.empty(k))
         self.graph_hidden_layer = nn.Linear(d, self.graph_hidden)
         self.graph_out = nn.Linear(self.graph_hidden, self.num_graph_targets)
-        self.dropout = nn.Dropout(float(dropout))
+        self.dropout = Dropout(float(dropout))
         self.reset_parameters()
 
     def to_config(self) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The fused CPU kernel of the gated aggregation, compiled on first use.
+"""The compiled CPU kernels: the fused gated aggregation and dropout noise, built on first use.
 
 :func:`gpse_dgl.nn.ops.gated_sum` computes ``out[v] = sum_{e = (u, v)} sigmoid(k[v] + q[u]) * val[u]``.
 With plain torch ops every edge's gate and message is a row of an ``(E, d)`` tensor that is written and
@@ -10,7 +10,10 @@ The gate is computed as ``1 / (1 + exp(-k[v]) exp(-q[u]))`` from factors compute
 (:func:`factors`), so an edge costs no exponential; rows with entries too large for that form are
 flagged and their edges take ``sigmoid(k + q)`` itself (``csrc/gated_sum.cpp``).
 
-The kernel is compiled with the machine's C++ compiler the first time it is needed (about a minute, once
+``csrc/dropout.cpp`` draws dropout masks from a counter-based generator, thread-parallel and vectorised
+(:mod:`gpse_dgl.nn.dropout`; torch's CPU dropout draws them one element at a time).
+
+The kernels are compiled with the machine's C++ compiler the first time it is needed (about a minute, once
 per machine, source and torch version, announced by one line on stderr); the build is kept under
 ``$TORCH_EXTENSIONS_DIR/gpse_dgl`` (default ``~/.cache/torch_extensions/gpse_dgl``).
 Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None and ``gated_sum``
@@ -20,7 +23,7 @@ records store it).
 Example
 -------
 >>> from gpse_dgl.nn import native
->>> native.describe().split(":")[0] in ("fused C++ kernel", "torch ops")
+>>> native.describe().split(":")[0] in ("compiled C++ kernels", "torch ops")
 True
 """
 from __future__ import annotations
@@ -42,7 +45,10 @@ from ..utils import memory
 
 __all__ = ["GatedCSR", "describe", "factors", "kernel", "native_gated_sum", "supports"]
 
-SOURCE = Path(__file__).parent / "csrc" / "gated_sum.cpp"
+_CSRC = Path(__file__).parent / "csrc"
+#: The extension's sources (one module; ``native.h`` declares what ``bindings.cpp`` binds).
+SOURCES = [_CSRC / "bindings.cpp", _CSRC / "gated_sum.cpp", _CSRC / "dropout.cpp"]
+_HEADERS = [_CSRC / "native.h"]
 #: Compiler flags: the machine's own vector instructions (the build is per machine), and fast math so
 #: that the edge loop vectorises (min/max without NaN cases, reassociated arithmetic); the kernel's exp is
 #: its own polynomial, accurate to float32's rounding, so results stay within the fp32 contract.
@@ -53,8 +59,9 @@ _state: dict = {}
 
 def _build_name() -> str:
     """One build per source text, flags and torch version, so that an edit or an upgrade rebuilds."""
-    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode() + torch.__version__.encode())
-    return f"gpse_dgl_gated_sum_{digest.hexdigest()[:12]}"
+    text = b"".join(path.read_bytes() for path in SOURCES + _HEADERS)
+    digest = hashlib.sha256(text + " ".join(CFLAGS).encode() + torch.__version__.encode())
+    return f"gpse_dgl_native_{digest.hexdigest()[:12]}"
 
 
 def kernel():
@@ -78,9 +85,9 @@ def _load():
         build.mkdir(parents=True, exist_ok=True)
         _remove_stale_lock(build / "lock")
         if not (build / f"{name}.so").exists():
-            print(f"gpse-dgl: compiling the fused gated-sum kernel into {build} (once, about a minute)",
+            print(f"gpse-dgl: compiling the fused CPU kernels into {build} (once, about a minute)",
                   file=sys.stderr, flush=True)
-        module = load(name=name, sources=[str(SOURCE)], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
+        module = load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
                       build_directory=str(build), verbose=False)
         return module, None
     except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, a failed build: the torch path runs
@@ -111,10 +118,10 @@ def _remove_stale_lock(lock: Path) -> None:
 
 
 def describe() -> str:
-    """One line: which path the CPU gated aggregation takes, and why."""
+    """One line: which path the CPU gated aggregation and dropout take, and why."""
     if kernel() is not None:
-        return f"fused C++ kernel: {SOURCE.name}, built with {' '.join(CFLAGS)}"
-    return f"torch ops: the fused kernel is not available ({_state['reason']})"
+        return f"compiled C++ kernels: {', '.join(path.name for path in SOURCES[1:])}, built with {' '.join(CFLAGS)}"
+    return f"torch ops: the compiled kernels are not available ({_state['reason']})"
 
 
 def supports(*tensors: torch.Tensor) -> bool:

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from .batch_norm import BatchNorm1d
+from .dropout import Dropout
 
 PE_MODELS = ("linear", "mlp")
 
@@ -74,10 +75,10 @@ class PEEncoder(nn.Module):
         if n_layers < 1:
             raise ValueError(f"PE encoder n_layers must be >= 1, got {n_layers}")
         self.dim_in, self.dim_pe, self.model = dim_in, dim_pe, model
-        self.dropout_in = nn.Dropout(dropout_in)
+        self.dropout_in = Dropout(dropout_in)
         self.norm = BatchNorm1d(dim_in) if batchnorm else nn.Identity()
         self.net = nn.Linear(dim_in, dim_pe) if model == "linear" else _relu_mlp(dim_in, dim_pe, n_layers)
-        self.dropout_out = nn.Dropout(dropout_out)
+        self.dropout_out = Dropout(dropout_out)
 
     def reset_parameters(self):
         for module in self.modules():

@@ -113,7 +113,7 @@ def run_environment(ctx, device, precision: str, requested_threads: int | None) 
     if device.type == "cuda":
         record["device_name"] = torch.cuda.get_device_name(device)
     else:
-        record["gated_sum"] = native.describe()  # the fused kernel or torch ops (gpse_dgl.nn.native)
+        record["gated_sum"] = native.describe()  # the compiled kernels or torch ops (gpse_dgl.nn.native)
     record["versions"] = {"gpse_dgl": gpse_version, "python": platform.python_version(),
                           "torch": torch.__version__, "dgl": dgl.__version__, "numpy": np.__version__,
                           "scipy": scipy.__version__}

@@ -16,7 +16,7 @@
 // stay normal floats while |k|, |q| <= kFactorLimit; a row with a larger entry is flagged, and every
 // edge with a flagged end takes the direct form sigmoid(k + q), so the result never depends on the
 // factorisation's range.
-#include <torch/extension.h>
+#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <cstring>
 #include <vector>
+
+#include "native.h"
 
 namespace {
 
@@ -355,11 +357,4 @@ void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at
                           rows<T>(val), ek.data_ptr<T>(), k_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
                           gq, gv, n, d);
   });
-}
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("factors", &gated_sum_factors, "exp(-x) row by row, and a flag per row outside the factorisation's range");
-  m.def("forward", &gated_sum_forward, "gated sum, forward (adds into out)");
-  m.def("grad_key", &gated_sum_grad_key, "gated sum, gradient of the destination gate");
-  m.def("grad_source", &gated_sum_grad_source, "gated sum, gradients of the source gate and value");
 }

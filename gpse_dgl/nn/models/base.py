@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..batch_norm import BatchNorm1d
+from ..dropout import dropout
 from ..feature_encoders import ConstantEncoder, build_feature_encoder
 from ..heads import GraphHead, NodeHead
 from ..pe_encoder import NodeEncoderWithPE, PEEncoder
@@ -214,7 +215,7 @@ class ConvBlock(nn.Module):
 
     def forward(self, graph, feat: torch.Tensor, edge_feat: torch.Tensor | None = None):
         out = self.conv(graph, feat, edge_feat) if self.uses_edge_features else self.conv(graph, feat)
-        out = F.relu(F.dropout(self.norm(out), self.dropout, self.training))
+        out = F.relu(dropout(self.norm(out), self.dropout, self.training))
         if self.residual:
             out = dst_features(graph, feat) + out
         return out, edge_feat

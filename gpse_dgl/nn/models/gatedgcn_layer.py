@@ -7,6 +7,7 @@ from torch import nn
 
 from .. import ops
 from ..batch_norm import BatchNorm1d
+from ..dropout import dropout
 from .layer_utils import dst_features, reset_submodules
 
 
@@ -83,8 +84,8 @@ class GatedGCNLayer(nn.Module):
         denominator = ops.copy_e_sum(graph, gate, backend=self.backend)
         h = self.A(feat_dst) + numerator / (denominator + self.eps)
 
-        h = F.dropout(F.relu(self.bn_node(h)), self.dropout, self.training)
-        e = F.dropout(F.relu(self.bn_edge(gate_logits)), self.dropout, self.training)
+        h = dropout(F.relu(self.bn_node(h)), self.dropout, self.training)
+        e = dropout(F.relu(self.bn_edge(gate_logits)), self.dropout, self.training)
         if self.residual:
             h, e = feat_dst + h, edge_feat + e
         return h, e

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
+from ..dropout import Dropout
 from .layer_utils import dst_features, with_self_loops
 
 
@@ -65,7 +66,7 @@ class GATv2Conv(nn.Module):
         self.fc_src = nn.Linear(in_feats, num_heads * out_feats, bias=bias)
         self.fc_dst = self.fc_src if share_weights else nn.Linear(in_feats, num_heads * out_feats, bias=bias)
         self.attn = nn.Parameter(torch.empty(1, num_heads, out_feats))
-        self.attn_drop = nn.Dropout(attn_drop)
+        self.attn_drop = Dropout(attn_drop)
         self.negative_slope = negative_slope
         if residual and in_feats != num_heads * out_feats:
             self.res_fc = nn.Linear(in_feats, num_heads * out_feats, bias=bias)

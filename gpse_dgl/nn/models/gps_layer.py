@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..batch_norm import BatchNorm1d
+from ..dropout import dropout
 from .gatedgcn_layer import GatedGCNLayer
 from .gine_layer import GINEConv
 from .global_attention import GlobalSelfAttention
@@ -108,17 +109,17 @@ class GPSLayer(nn.Module):
             if self.local_mpnn_type == "gatedgcn":
                 h_local, edge_feat = self.local_model(graph, feat, edge_feat)  # residual inside
             else:
-                h_local = feat + F.dropout(self.local_model(graph, feat, edge_feat), self.dropout, self.training)
+                h_local = feat + dropout(self.local_model(graph, feat, edge_feat), self.dropout, self.training)
             branches.append(self.norm_local(h_local))
         if self.self_attn is not None:
-            h_attn = feat + F.dropout(self.self_attn(graph, feat), self.dropout, self.training)
+            h_attn = feat + dropout(self.self_attn(graph, feat), self.dropout, self.training)
             branches.append(self.norm_attn(h_attn))
         h = sum(branches)
         return self.norm_ff(h + self._feed_forward(h)), edge_feat
 
     def _feed_forward(self, h: torch.Tensor) -> torch.Tensor:
-        h = F.dropout(F.relu(self.ff_linear1(h)), self.dropout, self.training)
-        return F.dropout(self.ff_linear2(h), self.dropout, self.training)
+        h = dropout(F.relu(self.ff_linear1(h)), self.dropout, self.training)
+        return dropout(self.ff_linear2(h), self.dropout, self.training)
 
 
 def normalise_choice(value):

@@ -1,0 +1,12 @@
+// Python bindings of gpse_dgl.nn.native's extension (one module for every source in this folder).
+#include "native.h"
+
+#include <torch/extension.h>
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("factors", &gated_sum_factors, "exp(-x) row by row, and a flag per row outside the factorisation's range");
+  m.def("forward", &gated_sum_forward, "gated sum, forward (adds into out)");
+  m.def("grad_key", &gated_sum_grad_key, "gated sum, gradient of the destination gate");
+  m.def("grad_source", &gated_sum_grad_source, "gated sum, gradients of the source gate and value");
+  m.def("dropout_noise", &dropout_noise, "dropout noise: 0 or 1 / (1 - p) per element, a function of (seed, index)");
+}

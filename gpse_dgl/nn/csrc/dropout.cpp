@@ -1,0 +1,72 @@
+// Dropout noise on the CPU (gpse_dgl.nn.dropout):
+//
+//   noise[i] = 1 / (1 - p)  where  splitmix64(seed, i) >= p * 2^64,  else 0
+//
+// torch's CPU dropout draws its mask with Bernoulli samples from one Mersenne Twister, element by element
+// on one thread: about 10 ns an element, a fifth of a paper-size bf16 training step. Here every element's
+// draw is a function of (seed, element index) alone: SplitMix64's output for the seed advanced i + 1
+// steps (Steele, Lea and Flood 2014; the generator of Java's SplittableRandom, which passes BigCrush).
+// That is two 64-bit products an element, it vectorises, threads split the elements freely, and the
+// mask depends on the seed only, not on the number of threads. The caller draws the seed from torch's
+// generator, so torch.manual_seed and saved generator states govern it as they govern torch's dropout.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "native.h"
+
+namespace {
+
+constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
+
+inline uint64_t splitmix64(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + (i + 1) * kGolden;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+constexpr int64_t kGrain = 1 << 16;  // elements per task
+
+// out[i] = kept ? scale : 0 over [begin, end), with `Bits` the storage of one element (float32 or bfloat16 bit
+// patterns, so that the loop vectorises with no conversion in it). Not inlined into the task's lambda: there
+// the stores, of scale's own type, might alias the lambda's captured copy of scale, so every iteration
+// reloaded it from the calling thread's stack, a cache line that thread writes: 2 threads ran 4x slower
+// than 1.
+template <typename Bits>
+__attribute__((noinline)) void noise_range(uint64_t seed, uint64_t threshold, Bits scale, Bits* out, int64_t begin,
+                                           int64_t end) {
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    out[i] = splitmix64(seed, static_cast<uint64_t>(i)) >= threshold ? scale : Bits{0};
+  }
+}
+
+template <typename Bits>
+void noise_kernel(uint64_t seed, uint64_t threshold, Bits scale, Bits* out, int64_t n) {
+  at::parallel_for(0, n, kGrain,
+                   [=](int64_t begin, int64_t end) { noise_range(seed, threshold, scale, out, begin, end); });
+}
+
+}  // namespace
+
+void dropout_noise(int64_t seed, double p, at::Tensor out) {
+  TORCH_CHECK(out.is_contiguous() && (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
+              "out must be contiguous float32 or bfloat16");
+  TORCH_CHECK(p >= 0.0 && p < 1.0, "p must be in [0, 1)");
+  // p * 2^64 as an integer threshold (below 2^64 for p < 1): an element is kept with probability 1 - p
+  const uint64_t threshold = static_cast<uint64_t>(std::ldexp(p, 64));
+  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  const uint64_t key = static_cast<uint64_t>(seed);
+  if (out.scalar_type() == at::kFloat) {
+    uint32_t bits;
+    std::memcpy(&bits, &scale, sizeof(bits));
+    noise_kernel<uint32_t>(key, threshold, bits, static_cast<uint32_t*>(out.data_ptr()), out.numel());
+  } else {
+    const uint16_t bits = at::BFloat16(scale).x;  // rounded to nearest even, as torch casts
+    noise_kernel<uint16_t>(key, threshold, bits, static_cast<uint16_t*>(out.data_ptr()), out.numel());
+  }
+}

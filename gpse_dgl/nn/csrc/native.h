@@ -1,0 +1,17 @@
+// The entry points of gpse_dgl.nn.native's extension, bound to Python in bindings.cpp.
+#pragma once
+
+#include <ATen/ATen.h>
+
+// gated_sum.cpp: the fused gated aggregation and its gradients
+void gated_sum_factors(at::Tensor x, at::Tensor factor, at::Tensor flag);
+void gated_sum_forward(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
+                       at::Tensor eq, at::Tensor q_flag, at::Tensor out);
+void gated_sum_grad_key(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
+                        at::Tensor eq, at::Tensor q_flag, at::Tensor grad_out, at::Tensor grad_k);
+void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
+                           at::Tensor ek, at::Tensor k_flag, at::Tensor grad_out, at::Tensor grad_q,
+                           at::Tensor grad_val);
+
+// dropout.cpp: dropout noise from a counter-based generator
+void dropout_noise(int64_t seed, double p, at::Tensor out);
