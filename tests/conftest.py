@@ -8,7 +8,7 @@ import gpse_dgl  # noqa: F401
 @pytest.fixture(params=["fused kernel", "torch ops"])
 def gated_path(request, monkeypatch):
     """Run a test on both CPU paths of ``ops.gated_sum``: the fused C++ kernel (skipped where it cannot
-    be built) and the torch ops it falls back to."""
+    be built) and the torch ops it falls back to (turning the kernels off also gives torch's dropout)."""
     from gpse_dgl.nn import native
 
     if request.param == "fused kernel":

@@ -19,15 +19,59 @@ def no_kernel(monkeypatch):
     monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
 
 
+MASK64 = (1 << 64) - 1
+
+
+def splitmix64(seed: int, i: int) -> int:
+    """SplitMix64's output for ``seed`` advanced ``i + 1`` steps, written out in Python integers."""
+    z = (seed + (i + 1) * 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return z ^ (z >> 31)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("p", [0.2, 0.5, 0.9])
+def test_kernel_is_splitmix64_thresholded(compiled, dtype):
+    """Bit for bit against the generator written out: element i is kept iff its draw is >= p * 2^64, and
+    holds torch's own scale for that p and dtype."""
+    seed, p, n = 0x1234_5678_9ABC_DEF0, 0.15, 4099
+    noise = torch.empty(n, dtype=dtype)
+    native.kernel().dropout_noise(seed, p, noise)
+    threshold = int(p * 2.0 ** 64)  # p * 2^64 is exact in double arithmetic up to its last bit here
+    expected_kept = torch.tensor([splitmix64(seed, i) >= threshold for i in range(n)])
+    assert torch.equal(noise != 0, expected_kept)
+    torch_scale = F.dropout(torch.ones(1000, dtype=dtype), p).max()  # what torch's dropout multiplies by
+    assert torch.equal(noise[expected_kept].unique(), torch_scale.reshape(1))
+
+
+def test_kernel_checks_its_output(compiled):
+    kernel = native.kernel()
+    with pytest.raises(RuntimeError, match="contiguous float32 or bfloat16 CPU tensor"):
+        kernel.dropout_noise(1, 0.5, torch.empty(4, 4).t())
+    with pytest.raises(RuntimeError, match="contiguous float32 or bfloat16 CPU tensor"):
+        kernel.dropout_noise(1, 0.5, torch.empty(4, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match=r"p must be in \[0, 1\)"):
+        kernel.dropout_noise(1, 1.0, torch.empty(4))
+
+
+def test_compiled_masks_are_not_torchs(compiled):
+    """The compiled path runs (with the same seed, torch's dropout would give another mask)."""
+    x = torch.ones(64, 64)
+    torch.manual_seed(9)
+    ours = dropout(x, 0.5)
+    torch.manual_seed(9)
+    assert not torch.equal(ours, F.dropout(x, 0.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("p", [0.15, 0.2, 0.5, 0.9])
 def test_values_and_keep_rate(compiled, dtype, p):
     torch.manual_seed(0)
     x = torch.rand(1000, 1000).add_(0.5).to(dtype)
     y = dropout(x, p)
     assert y.dtype == dtype and y.shape == x.shape
     kept = y != 0
-    scale = torch.tensor(1.0 / (1.0 - p)).to(dtype)
+    scale = F.dropout(torch.ones(100, dtype=dtype), p).max()
     assert torch.equal(y[kept], x[kept] * scale)  # kept elements are scaled as torch's dropout scales them
     n = x.numel()
     sd = (n * p * (1 - p)) ** 0.5
@@ -94,6 +138,14 @@ def test_identity_cases_and_inplace(compiled):
     with pytest.raises(ValueError, match="between 0 and 1"):
         dropout(x, 1.5)
     assert dropout(torch.empty(0, 4), 0.5).shape == (0, 4)
+
+
+def test_strided_input_gets_the_mask_of_its_contiguous_copy(compiled):
+    x = torch.randn(30, 40)
+    torch.manual_seed(6)
+    strided = dropout(x.t(), 0.3)
+    torch.manual_seed(6)
+    assert torch.equal(strided, dropout(x.t().contiguous(), 0.3))
 
 
 def test_module_matches_function_and_eval(compiled):

@@ -62,6 +62,32 @@ def test_projections_by_node_role_equal_the_layer_maps():
             conv.source_projections(x, out=torch.empty(9, 10, dtype=torch.bfloat16))
 
 
+def test_one_product_in_training_equals_four(gated_path):
+    """With autograd, :meth:`projections` (one product of the full weight, what a training step runs) gives
+    the maps, the layer output and the gradients of weight, biases and input of the four products of
+    one split weight (the path of bipartite blocks, here the same rows as two tensors)."""
+    torch.manual_seed(0)
+    g = _graph()
+    conv = ResGatedConv(7, 5)
+    torch.nn.init.normal_(conv.bias)
+    x = torch.randn(20, 7)
+    d, w, b = 5, conv.weight, conv.kqv_bias
+    maps = conv.projections(x.requires_grad_())
+    assert all(m.requires_grad for m in maps)
+    for i, got in enumerate(maps):
+        want = x @ w[i * d:(i + 1) * d].T + (b[i * d:(i + 1) * d] if i < 3 else 0)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-6)
+    results = []
+    for split in (False, True):
+        conv.zero_grad()
+        h = x.detach().clone().requires_grad_()
+        out = conv(g, (h, h.view_as(h)) if split else h)  # a view is not `h` itself: four products
+        (out * torch.linspace(-1, 1, out.numel()).view_as(out)).sum().backward()
+        results.append((out, conv.weight.grad.clone(), conv.kqv_bias.grad.clone(), conv.bias.grad.clone(), h.grad))
+    for got, want in zip(*results):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
 def test_low_precision_weights_follow_changes_of_the_weight():
     """The bf16 copy of the weight that products without autograd reuse is renewed when the weight changes
     (an optimiser step or a loaded state dict changes it in place)."""

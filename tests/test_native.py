@@ -256,7 +256,8 @@ def test_info_and_run_records_name_the_path(capsys, monkeypatch):
 
     monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
     code, out, _ = run_cli(["info"], capsys)
-    assert code == 0 and "CPU kernels (gated sum, dropout): torch ops: the compiled kernels are not available (turned off by the test)" in out
+    assert code == 0
+    assert "CPU kernels (gated sum, dropout): torch ops: the compiled kernels are not available (turned off" in out
     record = run_environment(Context(), "cpu", "fp32", None)
     assert record["gated_sum"] == native.describe()
 

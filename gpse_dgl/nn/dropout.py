@@ -45,8 +45,9 @@ def dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: boo
     if not (0.0 < p < 1.0 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
             and native.kernel() is not None):
         return F.dropout(x, p, training, inplace)
-    seed = int(torch.empty((), dtype=torch.int64).random_())  # from torch's generator: manual_seed governs it
-    noise = torch.empty(x.shape, dtype=x.dtype)
+    # the seed from torch's CPU generator, so that manual_seed and saved generator states govern the mask
+    seed = int(torch.empty((), dtype=torch.int64, device="cpu").random_())
+    noise = torch.empty(x.shape, dtype=x.dtype, device="cpu")
     native.kernel().dropout_noise(seed, float(p), noise)
     return x.mul_(noise) if inplace else x * noise
 

@@ -47,9 +47,10 @@ class ResGatedConv(nn.Module):
     ``(3 * out_feats,)``. The gated aggregation is :func:`gpse_dgl.nn.ops.gated_sum`: with
     ``backend="dgl"`` DGL's ``u_add_v`` -> sigmoid -> ``u_mul_e_sum``; with ``"torch"`` (also what
     ``None``/``"auto"`` selects for this op) a chunked torch kernel that recomputes the gates in
-    backward instead of storing ``(E, out_feats)`` tensors. Without autograd the four maps are one
-    product written into a reusable ``(N, 4 * out_feats)`` buffer, whose column blocks the aggregation
-    reads where they are, and the messages are accumulated onto the skip term in place.
+    backward instead of storing ``(E, out_feats)`` tensors. The four maps of a graph's nodes are one
+    product (:meth:`projections`), whose column blocks the aggregation reads where they are; without
+    autograd it is written into a reusable ``(N, 4 * out_feats)`` buffer and the messages are
+    accumulated onto the skip term in place.
 
     Under ``torch.autocast`` the four products run in the autocast dtype (bf16/fp16) and the
     aggregation, with the skip term, in float32: the output is float32 (see :func:`product_dtype`).

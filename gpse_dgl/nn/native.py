@@ -13,12 +13,12 @@ flagged and their edges take ``sigmoid(k + q)`` itself (``csrc/gated_sum.cpp``).
 ``csrc/dropout.cpp`` draws dropout masks from a counter-based generator, thread-parallel and vectorised
 (:mod:`gpse_dgl.nn.dropout`; torch's CPU dropout draws them one element at a time).
 
-The kernels are compiled with the machine's C++ compiler the first time it is needed (about a minute, once
-per machine, source and torch version, announced by one line on stderr); the build is kept under
+The kernels are compiled with the machine's C++ compiler the first time they are needed (about a minute,
+once per machine, source and torch version, announced by one line on stderr); the build is kept under
 ``$TORCH_EXTENSIONS_DIR/gpse_dgl`` (default ``~/.cache/torch_extensions/gpse_dgl``).
-Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None and ``gated_sum``
-takes its torch path; :func:`describe` says which path runs and why (``gpse-dgl info`` prints it, run
-records store it).
+Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None: ``gated_sum``
+takes its torch path and dropout is torch's; :func:`describe` says which path runs and why (``gpse-dgl
+info`` prints it, run records store it).
 
 Example
 -------
@@ -87,8 +87,8 @@ def _load():
         if not (build / f"{name}.so").exists():
             print(f"gpse-dgl: compiling the fused CPU kernels into {build} (once, about a minute)",
                   file=sys.stderr, flush=True)
-        module = load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"],
-                      build_directory=str(build), verbose=False)
+        module = load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=CFLAGS,
+                      extra_ldflags=["-fopenmp"], build_directory=str(build), verbose=False)
         return module, None
     except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, a failed build: the torch path runs
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -120,7 +120,8 @@ def _remove_stale_lock(lock: Path) -> None:
 def describe() -> str:
     """One line: which path the CPU gated aggregation and dropout take, and why."""
     if kernel() is not None:
-        return f"compiled C++ kernels: {', '.join(path.name for path in SOURCES[1:])}, built with {' '.join(CFLAGS)}"
+        kernels = ", ".join(path.name for path in SOURCES if path.name != "bindings.cpp")
+        return f"compiled C++ kernels: {kernels}, built with {' '.join(CFLAGS)}"
     return f"torch ops: the compiled kernels are not available ({_state['reason']})"
 
 

@@ -6,7 +6,7 @@
 // on one thread: about 10 ns an element, a fifth of a paper-size bf16 training step. Here every element's
 // draw is a function of (seed, element index) alone: SplitMix64's output for the seed advanced i + 1
 // steps (Steele, Lea and Flood 2014; the generator of Java's SplittableRandom, which passes BigCrush).
-// That is two 64-bit products an element, it vectorises, threads split the elements freely, and the
+// That is three 64-bit multiplies an element, it vectorises, threads split the elements freely, and the
 // mask depends on the seed only, not on the number of threads. The caller draws the seed from torch's
 // generator, so torch.manual_seed and saved generator states govern it as they govern torch's dropout.
 #include <ATen/ATen.h>
@@ -54,12 +54,13 @@ void noise_kernel(uint64_t seed, uint64_t threshold, Bits scale, Bits* out, int6
 }  // namespace
 
 void dropout_noise(int64_t seed, double p, at::Tensor out) {
-  TORCH_CHECK(out.is_contiguous() && (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
-              "out must be contiguous float32 or bfloat16");
+  TORCH_CHECK(out.device().is_cpu() && out.is_contiguous() &&
+                  (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
+              "out must be a contiguous float32 or bfloat16 CPU tensor");
   TORCH_CHECK(p >= 0.0 && p < 1.0, "p must be in [0, 1)");
   // p * 2^64 as an integer threshold (below 2^64 for p < 1): an element is kept with probability 1 - p
   const uint64_t threshold = static_cast<uint64_t>(std::ldexp(p, 64));
-  const float scale = static_cast<float>(1.0 / (1.0 - p));
+  const float scale = 1.0f / static_cast<float>(1.0 - p);  // as torch's dropout scales: noise / float(1 - p)
   const uint64_t key = static_cast<uint64_t>(seed);
   if (out.scalar_type() == at::kFloat) {
     uint32_t bits;
