@@ -3,9 +3,10 @@
 Private attributes change without notice between releases. The DGL accesses are there for speed only:
 each function checks what it can and returns ``None`` (or ``False``) when the layout is not the known one,
 so that the caller takes the public route instead. The torch ones have no public equivalent: the names a
-pickled tensor refers to, torch's own initialisation of attention layers, and a tensor's version counter. ``tests/test_private_access.py`` compares each one with its public counterpart and
-fails on a DGL or torch release not listed in :data:`CHECKED_VERSIONS`: on an upgrade, run that test,
-re-read the accesses below against the new release, and add the version.
+pickled tensor refers to, torch's own initialisation of attention layers, and a tensor's version counter.
+``tests/test_private_access.py`` compares each one with its public counterpart and fails on a DGL or torch
+release not listed in :data:`CHECKED_VERSIONS`: on an upgrade, run that test, re-read the accesses below
+against the new release, and add the version.
 
 DGL (checked against 1.1.3 and 2.1.0):
 

@@ -42,7 +42,7 @@ def dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: boo
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return x
-    if not (0.0 < p < 1.0 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
+    if not (p < 1.0 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
             and native.kernel() is not None):
         return F.dropout(x, p, training, inplace)
     # the seed from torch's CPU generator, so that manual_seed and saved generator states govern the mask

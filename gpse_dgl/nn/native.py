@@ -85,7 +85,7 @@ def _load():
         build.mkdir(parents=True, exist_ok=True)
         _remove_stale_lock(build / "lock")
         if not (build / f"{name}.so").exists():
-            print(f"gpse-dgl: compiling the fused CPU kernels into {build} (once, about a minute)",
+            print(f"gpse-dgl: compiling the CPU kernels into {build} (once, about a minute)",
                   file=sys.stderr, flush=True)
         module = load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=CFLAGS,
                       extra_ldflags=["-fopenmp"], build_directory=str(build), verbose=False)
