@@ -1,8 +1,16 @@
 """Imported by pytest before any test module: gpse_dgl first, so that on DGL 2.x its import guard
 (``gpse_dgl._dgl_compat``) is in place before a test module imports dgl itself. Shared fixtures below."""
-import pytest
+import os
 
-import gpse_dgl  # noqa: F401
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # The Triton kernels of the CUDA path run in Triton's interpreter on CPU tensors (tests/test_gpu_kernels.py);
+    # Triton reads this when it is imported, so before any test imports it.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import gpse_dgl  # noqa: F401,E402
 
 
 @pytest.fixture(params=["fused kernel", "torch ops"])

@@ -183,6 +183,10 @@ def test_info_names_the_device_and_its_backend(device, capsys):
     backend = ops.resolve_backend("auto", torch.device(name))  # what info reports: "auto", whatever the env says
     assert any(line.strip().startswith(name) and f"uses the {backend!r} backend" in line
                for line in out.splitlines()), out
+    if device == "cuda":
+        from gpse_dgl.nn import gpu_kernels
+
+        assert f"CUDA inference kernels: {gpu_kernels.describe()}" in out
 
 
 @pytest.mark.parametrize("name", sorted(OPS))

@@ -75,6 +75,10 @@ def command():
             from ..nn import native
 
             click.echo(f"           CPU kernels (gated sum, dropout): {native.describe()}")
+        elif kind == "cuda":
+            from ..nn import gpu_kernels  # imports Triton where it is: only when a GPU is listed
+
+            click.echo(f"           CUDA inference kernels: {gpu_kernels.describe()}")
 
 
 def _precision_line(device: str) -> str:

@@ -39,6 +39,7 @@ True
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Sequence
 
 import torch
@@ -73,29 +74,41 @@ def model_device(model) -> torch.device:
 
 @contextlib.contextmanager
 def _inference(model, device, precision: str = "fp32"):
-    """Eval mode, no autograd and ``precision``'s autocast for the duration; the model's train/eval
-    flag is restored after."""
+    """Eval mode, no autograd and ``precision``'s autocast for the duration; every module's train/eval flag
+    is restored after. A model already on ``device`` and in eval mode is left alone: a dataset is encoded
+    one batch at a time, and walking the modules per batch cost a tenth of a molecule batch on a GPU."""
     encoder = bare_encoder(model)
-    if device is not None:
+    if device is not None and not _on_device(encoder, torch.device(device)):
         encoder.to(device)
-    was_training = encoder.training
-    encoder.eval()
+    modes = [(module, module.training) for module in encoder.modules()]
+    if any(training for _, training in modes):
+        encoder.eval()
     try:
         with torch.no_grad(), autocast(precision, device if device is not None else model_device(model)):
             yield encoder
     finally:
-        encoder.train(was_training)
+        for module, training in modes:
+            module.training = training
 
 
-def forward_bytes(g: dgl.DGLGraph, dim: int, device) -> int:
+def _on_device(encoder, device: torch.device) -> bool:
+    """Whether every parameter and buffer of ``encoder`` is on ``device`` (``cuda`` means the current GPU)."""
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return all(t.device == device for t in itertools.chain(encoder.parameters(), encoder.buffers()))
+
+
+def forward_bytes(g: dgl.DGLGraph, dim: int, device, num_graphs: int | None = None) -> int:
     """Estimated activation memory of one plain no-grad forward over ``g`` (virtual nodes included).
 
     About six ``(N + B) x dim`` float tensors (state, four projections, aggregate), plus on non-CPU
     devices one gate per edge (the CPU path of :func:`gpse_dgl.nn.ops.gated_sum` processes edges in
-    small chunks, except for the virtual node's ``N`` in-edges).
+    small chunks, except for the virtual node's ``N`` in-edges). ``num_graphs`` is ``B`` when known
+    (default ``g.batch_size``).
     """
-    rows = g.num_nodes() + g.batch_size
-    edges = g.num_nodes() if torch.device(device).type == "cpu" else g.num_edges() + 2 * g.num_nodes()
+    nodes = g.num_nodes()
+    rows = nodes + (g.batch_size if num_graphs is None else num_graphs)
+    edges = nodes if torch.device(device).type == "cpu" else g.num_edges() + 2 * nodes
     return 4 * dim * (6 * rows + edges)
 
 
@@ -279,7 +292,8 @@ def _batches(graphs: list, batch_size: int, device, dim: int, max_forward_bytes:
     """Consecutive groups of at most ``batch_size`` graphs; a graph too large for a plain forward alone."""
     group: list = []
     for index, g in enumerate(graphs):
-        if forward_bytes(g, dim, device) > max_forward_bytes:
+        # one graph each (DGL's batch_size would take as long again as the rest of the check)
+        if forward_bytes(g, dim, device, num_graphs=1) > max_forward_bytes:
             if group:
                 yield group
                 group = []
@@ -357,7 +371,7 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = DEFA
         else:
             for group in _batches(graphs, batch_size, device, dim, max_forward_bytes):
                 members = [graphs[i] for i in group]
-                if len(group) == 1 and forward_bytes(members[0], dim, device) > max_forward_bytes:
+                if len(group) == 1 and forward_bytes(members[0], dim, device, num_graphs=1) > max_forward_bytes:
                     encodings = [encode_large(model, members[0], seed=seed, samples=samples, device=device,
                                               undirected=undirected, chunk_edges=chunk_edges, progress=progress,
                                               precision=precision)]

@@ -168,8 +168,8 @@ class ResGatedConv(nn.Module):
             weights, biases = self.weight.split(d), self.kqv_bias.split(d)
             return (F.linear(feat_dst, weights[0], biases[0]), F.linear(feat_src, weights[1], biases[1]),
                     F.linear(feat_src, weights[2], biases[2]), F.linear(feat_dst, weights[3]))
-        bias = torch.cat([self.kqv_bias, self.kqv_bias.new_zeros(d)])
         if grad:
+            bias = torch.cat([self.kqv_bias, self.kqv_bias.new_zeros(d)])
             return F.linear(feat_src, self.weight, bias).split(d, dim=1)
         if feat_src is not feat_dst:  # a bipartite block: sources and destinations are different rows
             query, value = self.source_projections(feat_src)
@@ -181,20 +181,31 @@ class ResGatedConv(nn.Module):
         if (workspace is None or workspace.dim() != 2 or workspace.shape[0] < n or workspace.shape[1] != 4 * d
                 or workspace.dtype != dtype or workspace.device != feat_src.device):
             workspace = feat_src.new_empty((n, 4 * d), dtype=dtype)
-        return tuple(self._linear(feat_src, self._weight_as(dtype), bias, workspace[:n]).split(d, dim=1))
+        fused = self._linear(feat_src, self._weight_as(dtype), self._bias_as(dtype), workspace[:n])
+        return tuple(fused.split(d, dim=1))
 
     def _weight_as(self, dtype: torch.dtype) -> torch.Tensor:
         """The weight in ``dtype`` for products without autograd, cast once while the weight is unchanged
         (its version counter: optimiser steps and ``load_state_dict`` change it, ``.data`` edits are not
         seen): for a batch of molecules in bf16 the cast costs about a tenth of the product itself."""
-        weight = self.weight
-        if weight.dtype == dtype or weight.is_inference():  # inference tensors have no version counter
-            return weight.to(dtype)
-        key = (dtype, weight.device, weight.data_ptr(), tensor_version(weight))
-        cached = self.__dict__.get("_weight_cast")
+        return self._cached("_weight_cast", self.weight, dtype, lambda weight: weight.to(dtype))
+
+    def _bias_as(self, dtype: torch.dtype) -> torch.Tensor:
+        """``[kqv_bias, 0]`` in ``dtype``, the bias of the four maps' product without autograd, built once while
+        ``kqv_bias`` is unchanged (on a GPU each layer would otherwise launch three small kernels for it)."""
+        d = self.out_feats
+        return self._cached("_bias_cast", self.kqv_bias, dtype,
+                            lambda bias: torch.cat([bias, bias.new_zeros(d)]).to(dtype))
+
+    def _cached(self, slot: str, tensor: torch.Tensor, dtype: torch.dtype, make) -> torch.Tensor:
+        """``make(tensor)``, kept in ``slot`` while ``tensor`` is unchanged (its version counter)."""
+        if tensor.is_inference():  # inference tensors have no version counter
+            return make(tensor)
+        key = (dtype, tensor.device, tensor.data_ptr(), tensor_version(tensor))
+        cached = self.__dict__.get(slot)
         if cached is None or cached[0] != key:
-            cached = (key, weight.detach().to(dtype))
-            self.__dict__["_weight_cast"] = cached  # not a buffer: never in the state dict
+            cached = (key, make(tensor.detach()))
+            self.__dict__[slot] = cached  # not a buffer: never in the state dict
         return cached[1]
 
     def forward(self, graph: dgl.DGLGraph, feat, *, workspace: torch.Tensor | None = None) -> torch.Tensor:

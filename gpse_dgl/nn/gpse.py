@@ -31,6 +31,7 @@ import dgl
 
 from ..utils.precision import to_accumulation
 from .batch_norm import BatchNorm1d
+from . import gpu_kernels
 from .dropout import Dropout
 from .gated_conv import ResGatedConv, product_dtype
 from .heads import GPSE_POOLINGS, GPSEHeads
@@ -231,6 +232,9 @@ class GPSE(nn.Module):
         if _wants_grad(self, h, conv_out):
             y = F.relu(self.dropout(norm(conv_out)))
             return h + F.normalize(y, p=2.0, dim=1)
+        dropout_off = not self.dropout.training or self.dropout.p == 0
+        if dropout_off and gpu_kernels.supports_residual_update(h, conv_out, norm):
+            return gpu_kernels.residual_update_(h, conv_out, norm)  # one kernel on CUDA
         y = self.dropout(_batch_norm_(conv_out, norm)).relu_()
         return h.addcdiv_(y, torch.linalg.vector_norm(y, dim=1, keepdim=True).clamp_min_(1e-12))
 

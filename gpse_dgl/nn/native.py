@@ -43,7 +43,7 @@ import torch
 from .._private import tensor_version
 from ..utils import memory
 
-__all__ = ["GatedCSR", "describe", "factors", "kernel", "native_gated_sum", "supports"]
+__all__ = ["GatedCSR", "accumulates_in_place", "describe", "factors", "kernel", "native_gated_sum", "supports"]
 
 _CSRC = Path(__file__).parent / "csrc"
 #: The extension's sources (one module; ``native.h`` declares what ``bindings.cpp`` binds).
@@ -142,6 +142,16 @@ class GatedCSR:
         self.dst_indptr, self.dst_index = _csr(dst, src, num_dst)
         self.num_src, self.num_dst = num_src, num_dst
         self._edges = (src, dst)
+        self._on_device: dict = {}
+
+    def by_destination_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(indptr, sources)`` by destination on ``device`` (copied once per device)."""
+        if device.type == "cpu":
+            return self.dst_indptr, self.dst_index
+        key = str(device)
+        if key not in self._on_device:
+            self._on_device[key] = (self.dst_indptr.to(device), self.dst_index.to(device))
+        return self._on_device[key]
 
     @functools.cached_property
     def by_source(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -237,6 +247,12 @@ class _NativeGatedSum(torch.autograd.Function):
                 None if grad_v is None else grad_v.to(src_feat.dtype), None)
 
 
+def accumulates_in_place(out: torch.Tensor) -> bool:
+    """Whether a kernel can add its rows into ``out`` where it is: float32, 2-d, unit column stride, rows
+    that do not overlap (an expanded tensor's do)."""
+    return out.dtype == torch.float32 and out.dim() == 2 and out.stride(1) == 1 and out.stride(0) >= out.shape[1]
+
+
 def native_gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
                      out: torch.Tensor | None = None) -> torch.Tensor:
     """The gated sum with the fused kernel (:func:`supports` must hold); float32 result. ``out``
@@ -247,8 +263,7 @@ def native_gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_
     if needs_grad:
         return _NativeGatedSum.apply(dst_gate, src_gate, src_feat, csr)
     target = out
-    if (out is None or out.dtype != torch.float32 or out.dim() != 2 or out.stride(1) != 1
-            or out.stride(0) < out.shape[1]):  # rows must not overlap (an expanded tensor's do)
+    if out is None or not accumulates_in_place(out):
         target = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32)
     kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate, keep=True),
                      target)

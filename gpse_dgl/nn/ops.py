@@ -42,7 +42,7 @@ import dgl
 from dgl.nn.functional import edge_softmax as _edge_softmax
 
 from ..utils.precision import accumulation_dtype, to_accumulation
-from . import native
+from . import gpu_kernels, native
 
 BACKENDS = ("auto", "dgl", "torch")
 
@@ -348,7 +348,8 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
                 kernels; the ``(E, d)`` gate is materialised (and kept for backward).
     ``"torch"`` On the CPU with float32 or bfloat16 rows: the fused C++ kernel of
                 :mod:`gpse_dgl.nn.native` (one pass over the in-edges of each node, no ``(E, d)`` tensor
-                at all), when it could be built. Otherwise a fused torch implementation: edges sorted
+                at all), when it could be built. On CUDA without autograd: the Triton kernel of
+                :mod:`gpse_dgl.nn.gpu_kernels` (likewise), when Triton is there. Otherwise a fused torch implementation: edges sorted
                 by destination and processed in chunks of ``chunk_edges`` (default on the CPU: about
                 1 MiB of edge features, so each chunk stays in cache; elsewhere one chunk), with a
                 custom backward that recomputes the gates. Neither keeps an ``(E, d)`` tensor, so
@@ -374,6 +375,9 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
         or (out is not None and out.requires_grad))
     if out is not None:
         out = to_accumulation(out)
+    if backend == "torch" and not needs_grad and gpu_kernels.supports(dst_gate, src_gate, src_feat):
+        dst_gate, src_gate, src_feat = (_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat))
+        return gpu_kernels.gated_sum(graph, dst_gate, src_gate, src_feat, out=out)
     if backend == "torch" and native.supports(dst_gate, src_gate, src_feat):
         dst_gate, src_gate, src_feat = (_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat))
         if not needs_grad:
