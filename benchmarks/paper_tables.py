@@ -112,8 +112,15 @@ def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse
 
 
 def budget_key(recipe: dict) -> str:
-    """Fingerprint of what makes two runs comparable: the recipe less outputs, seeds and the device."""
+    """Fingerprint of what makes two runs comparable: the recipe less outputs, seeds and the device, with a
+    GPSE encoder named by its file's content (the default model changes between releases, and a path can be
+    overwritten), so that runs of two encoders never share a cell."""
+    from gpse_dgl.train.downstream.features import checkpoint_identity
+
     slim = copy.deepcopy(recipe)
+    pe = slim.get("model", {}).get("pe") or {}
+    if pe.get("source") == "GPSE":
+        pe["checkpoint"] = checkpoint_identity(pe.get("checkpoint"))["sha256"]
     for key in ("save_path", "num_seeds", "save_checkpoints", "checkpoint_every", "num_threads"):
         slim["general_pipeline"].pop(key, None)
     slim.pop("device", None)

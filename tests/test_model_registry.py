@@ -181,7 +181,7 @@ def test_cli_lists_fetches_and_encodes_by_name(standin, tmp_path, capsys):
 
 
 def test_downstream_checkpoint_accepts_a_name(standin):
-    from gpse_dgl.train.downstream.features import _checkpoint_identity
+    from gpse_dgl.train.downstream.features import checkpoint_identity
 
     fetch_model("standin", progress=False)
-    assert _checkpoint_identity("standin") == _checkpoint_identity(str(models_dir() / "gpse_model_standin.pt"))
+    assert checkpoint_identity("standin") == checkpoint_identity(str(models_dir() / "gpse_model_standin.pt"))

@@ -95,3 +95,24 @@ def test_worker_argument_is_checked():
             assert "--worker expects I/N" in str(exc)
         else:
             raise AssertionError(bad)
+
+
+def test_a_gpse_cell_is_budgeted_by_its_encoder_file(tmp_path):
+    """Two encoders never share a cell (the default model changes between releases); the same file under
+    another name or path does."""
+    from gpse_dgl.encode.models import DEFAULT_MODEL, get_model, model_path
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
+
+    script = _script()
+
+    def budget(source, checkpoint=None):
+        overrides = [f"model.pe.source={source}"] + ([f"model.pe.checkpoint={checkpoint}"] if checkpoint else [])
+        return script.budget_key(load_downstream_recipe(REPO / "recipes" / "downstream" / "csl.yaml", overrides))
+
+    default = model_path(get_model(DEFAULT_MODEL))
+    copy = tmp_path / "copy.pt"
+    shutil.copyfile(default, copy)
+    assert budget("GPSE") == budget("GPSE", DEFAULT_MODEL) == budget("GPSE", copy)
+    assert budget("GPSE", "quickstart") != budget("GPSE")
+    copy.write_bytes(model_path(get_model("quickstart")).read_bytes())  # the same path, another encoder
+    assert budget("GPSE", copy) == budget("GPSE", "quickstart")

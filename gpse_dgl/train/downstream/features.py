@@ -53,7 +53,7 @@ from ...utils.errors import CheckpointError
 
 
 __all__ = ["SOURCES", "PSE_COMPONENTS", "NodeTable", "source_width", "compute_features", "load_features",
-           "feature_settings", "pse_features", "random_features", "gpse_features"]
+           "feature_settings", "pse_features", "random_features", "gpse_features", "checkpoint_identity"]
 
 SOURCES = ("none", "random", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
 #: Explicit PSEs of each PSE source, in column order.
@@ -312,7 +312,7 @@ def cache_location(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_d
     source = pe_recipe["source"]
     settings = feature_settings(pe_recipe)
     if source == "GPSE":
-        settings["checkpoint"] = _checkpoint_identity(pe_recipe["checkpoint"])
+        settings["checkpoint"] = checkpoint_identity(pe_recipe["checkpoint"])
     key = {"dataset": dataset_name, "source": source, "settings": settings}
     safe = "".join(c if c.isalnum() or c in "-_+" else "_" for c in f"{dataset_name}-{source}")
     path = Path(cache_dir or default_cache_dir()) / "downstream_features" / f"{safe}-{json_digest(key)[:16]}.bin"
@@ -327,7 +327,7 @@ def _save(path: Path, table: NodeTable, fingerprint: dict) -> bool:
     return save_graphs_cached(path, [holder], {"offsets": table.offsets}, fingerprint)
 
 
-def _checkpoint_identity(checkpoint: str | None) -> dict:
+def checkpoint_identity(checkpoint: str | None) -> dict:
     """The GPSE checkpoint by content (a copied or renamed file still hits the cache)."""
     path = resolve_checkpoint(checkpoint)[0] if checkpoint else default_checkpoint_path()
     if not path.is_file():
