@@ -183,6 +183,16 @@ def test_encode_uses_eval_mode_and_restores_the_flag():
         assert not torch.allclose(model(g, seed=1), expected, atol=1e-3)
 
 
+def test_encode_restores_each_module_flag_and_leaves_a_placed_model_where_it_is(monkeypatch):
+    model = _tiny().encoder.eval()
+    model.norms[0].train()  # a mixed state: restored module by module
+    moves = []
+    monkeypatch.setattr(type(model), "to", lambda self, *a, **k: moves.append(a) or self)
+    encode(model, dgl.batch(_graphs()), seed=1, device="cpu")
+    assert moves == []  # already on the device: not moved (nor its modules walked by .to) per batch
+    assert model.norms[0].training and not model.training and not model.norms[1].training
+
+
 # ------------------------------------------------------------------------------------------- determinism
 
 

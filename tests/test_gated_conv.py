@@ -107,6 +107,36 @@ def test_low_precision_weights_follow_changes_of_the_weight():
     torch.testing.assert_close(third, reference, atol=5e-2, rtol=5e-2)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_kept_bias_follows_changes_and_replacements_of_the_parameter(dtype):
+    """Products without autograd reuse ``[kqv_bias, 0]`` while ``kqv_bias`` is the same tensor, unchanged: an
+    optimiser step, a loaded state dict, and parameters replaced (``assign=True``, which can reuse the freed
+    memory of the old one) all show."""
+    torch.manual_seed(0)
+    g = _graph()
+    conv = ResGatedConv(7, 256)
+    x = torch.randn(20, 7)
+
+    def no_grad_output():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            return conv(g, x).clone()
+
+    def reference():
+        return conv(g, x).detach()  # autograd's path: the bias concatenated afresh
+
+    tol = {"atol": 0, "rtol": 0} if dtype == torch.float32 else {"atol": 5e-2, "rtol": 5e-2}
+    no_grad_output()
+    with torch.no_grad():
+        conv.kqv_bias.add_(1.0)  # as an optimiser step does: in place, the version counter moves
+    torch.testing.assert_close(no_grad_output(), reference(), **tol)
+    for seed in range(5):  # two replacements between forward passes: the second can take the first's memory
+        for _ in range(2):
+            torch.manual_seed(seed)
+            conv.load_state_dict({"kqv_bias": torch.randn(3 * 256)}, strict=False, assign=True)
+            seed += 100
+        torch.testing.assert_close(no_grad_output(), reference(), **tol)
+
+
 def test_backends_agree_values_and_gradients():
     torch.manual_seed(1)
     g = _graph(30, 120, seed=2)

@@ -127,7 +127,7 @@ def test_residual_update_matches_torch(device, affine, dim):
     gen = torch.Generator().manual_seed(4)
     state = torch.randn(50, dim, generator=gen).to(device)
     conv = torch.randn(50, 4 * dim, generator=gen).to(device)[:, dim:2 * dim]  # a column block, as in GPSE
-    conv[3] = -1e3  # a row that ReLU zeroes entirely: its update is 0, not NaN
+    conv[13] = -1e3  # a row (of the rows 10:40 below) that ReLU zeroes entirely: its update is 0, not NaN
     h = state[10:40].clone()
     with torch.no_grad():
         y = torch.relu(norm(conv[10:40].double().float()))
@@ -135,7 +135,7 @@ def test_residual_update_matches_torch(device, affine, dim):
         got = gpu_kernels.residual_update_(h, conv[10:40], norm)
     assert got.data_ptr() == h.data_ptr()
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
-    assert torch.isfinite(got).all()
+    assert torch.equal(got[3], state[13])
 
 
 def test_supports():
@@ -158,8 +158,9 @@ def test_launching_on_the_cpu_without_the_interpreter_is_a_clear_error(monkeypat
 
     monkeypatch.setattr(triton.knobs.runtime, "interpret", False)
     with pytest.raises(ValueError, match="take CUDA tensors, got cpu"):
-        triton_kernels.gated_sum_(torch.zeros(2, dtype=torch.int64), torch.zeros(0, dtype=torch.int64),
-                                  torch.zeros(1, 4), torch.zeros(1, 4), torch.zeros(1, 4), torch.zeros(1, 4))
+        triton_kernels.gated_sum_(torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64),
+                                  torch.zeros(0, dtype=torch.int64), torch.zeros(1, 4), torch.zeros(1, 4),
+                                  torch.zeros(1, 4), torch.zeros(1, 4))
 
 
 def test_describe_names_the_path(monkeypatch):
@@ -172,14 +173,61 @@ def test_describe_names_the_path(monkeypatch):
     assert gpu_kernels.describe() == "torch ops: GPSE_DGL_NATIVE=0"
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="the encoder takes the kernels on CUDA only")
+def test_hub_destinations_are_summed_in_pieces(device, monkeypatch):
+    """Destinations above HUB_DEGREE in-edges take torch ops over pieces of their edges: same sums, and a
+    graph's rows still do not depend on its batch."""
+    monkeypatch.setattr(gpu_kernels, "HUB_DEGREE", 16)
+    monkeypatch.setattr(gpu_kernels, "HUB_PIECE", 10)
+    g = _graph(hub_degree=37)  # destination 0: 37 extra in-edges, four pieces
+    key, query, value, skip = _projection(g.num_nodes(), 40, torch.bfloat16, device)
+    got = gpu_kernels.gated_sum(g, key, query, value)
+    torch.testing.assert_close(got.cpu().double(), _reference(g, key, query, value), atol=1e-4, rtol=1e-4)
+    batch = dgl.batch([_graph(num_edges=50, hub_degree=3, seed=5), g])
+    rows = slice(60, 120)
+    key2, query2, value2, _ = _projection(batch.num_nodes(), 40, torch.bfloat16, device, seed=7)
+    key2[rows], query2[rows], value2[rows] = key, query, value
+    assert torch.equal(gpu_kernels.gated_sum(batch, key2, query2, value2)[rows], got)
+
+
+def test_shapes_are_checked_before_a_launch(device):
+    g = _graph()
+    key, query, value, _ = _projection(g.num_nodes(), 32, torch.float32, device)
+    with pytest.raises(ValueError, match="key must be"):
+        gpu_kernels.gated_sum(g, key[:10], query, value)
+    with pytest.raises(ValueError, match="key must be"):
+        gpu_kernels.gated_sum(g, key[:, :16], query, value)
+    with pytest.raises(ValueError, match="out must be"):
+        gpu_kernels.gated_sum(g, key, query, value, out=torch.zeros(g.num_nodes(), 16, device=device))
+
+
+def _dispatch_on(device, monkeypatch):
+    """Let ``ops.gated_sum`` and ``GPSE.residual_update`` take the kernels on ``device`` (the CPU runs them in
+    the interpreter); returns a list that counts the kernel runs."""
+    runs = []
+    run = gpu_kernels._run
+
+    def counting(launch, *args):
+        runs.append(launch.__name__)
+        return run(launch, *args)
+
+    monkeypatch.setattr(gpu_kernels, "_run", counting)
+    if device == "cpu":
+        monkeypatch.setattr(gpu_kernels, "_on_capable_gpu", lambda tensors: True)
+    return runs
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_encoder_with_and_without_the_kernels(monkeypatch, precision):
-    """GPSE in eval mode on CUDA: the Triton path against the torch ops it replaces, same weights and input."""
+def test_encoder_with_and_without_the_kernels(device, monkeypatch, precision):
+    """GPSE in eval mode, through ops.gated_sum and GPSE.residual_update: the kernels against the torch ops
+    they replace, same weights and input, one graph with a hub above HUB_DEGREE."""
     from gpse_dgl.utils.precision import autocast
 
+    if precision == "bf16" and device == "cpu":
+        pytest.skip("bf16 autocast on the CPU takes the bf16 row buckets, not the dispatch under test")
+    runs = _dispatch_on(device, monkeypatch)
+    monkeypatch.setattr(gpu_kernels, "HUB_DEGREE", 12)
     torch.manual_seed(0)
-    model = GPSE(dim_hidden=128, num_layers=6).cuda().eval()
+    model = GPSE(dim_hidden=32 if device == "cpu" else 128, num_layers=2 if device == "cpu" else 6).to(device).eval()
     for module in model.modules():
         if isinstance(module, torch.nn.BatchNorm1d):
             module.running_mean.normal_(0, 0.1)
@@ -187,10 +235,34 @@ def test_encoder_with_and_without_the_kernels(monkeypatch, precision):
     batch = dgl.batch([_graph(num_src=n, num_dst=n, num_edges=3 * n, hub_degree=5, seed=n) for n in (9, 17, 30)])
 
     def encode():
-        with torch.no_grad(), autocast(precision, "cuda"):
+        with torch.no_grad(), autocast(precision, device):
             return model(batch, seed=0)
 
     fused = encode()
-    monkeypatch.setattr(gpu_kernels, "_state", {"reason": "turned off by the test"})
-    plain = encode()
+    assert runs.count("gated_sum_") == model.num_layers and runs.count("residual_update_") == model.num_layers
+    with gpu_kernels.disabled():
+        plain = encode()
+    assert len(runs) == 2 * model.num_layers  # the torch ops ran
     torch.testing.assert_close(fused, plain, atol=1e-5 if precision == "fp32" else 2e-3, rtol=0)
+
+
+def test_a_kernel_that_cannot_run_hands_over_to_the_torch_ops(device, monkeypatch, capsys):
+    from gpse_dgl.nn import triton_kernels
+
+    _dispatch_on(device, monkeypatch)
+    monkeypatch.setattr(gpu_kernels, "_state", {"reason": None})
+
+    def broken(*args):
+        raise RuntimeError("no compiler for this GPU\nmore")
+
+    monkeypatch.setattr(triton_kernels, "gated_sum_", broken)
+    g = _graph()
+    key, query, value, skip = _projection(g.num_nodes(), 24, torch.float32, device)
+    before = skip.clone()
+    expected = ops.gated_sum(g, key.double(), query.double(), value.double(), backend="dgl" if device == "cpu"
+                             else None).float() + before
+    got = ops.gated_sum(g, key, query, value, out=skip)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert not gpu_kernels.available()
+    assert gpu_kernels.describe() == "torch ops: a Triton kernel failed (RuntimeError: no compiler for this GPU)"
+    assert capsys.readouterr().err.count("the torch ops run instead") == 1

@@ -47,6 +47,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..nn import gpu_kernels
 from ..nn.random_features import random_node_features
 from ..utils.precision import autocast, resolve_precision
 from ..utils.progress import progress as progress_bar
@@ -92,23 +93,28 @@ def _inference(model, device, precision: str = "fp32"):
 
 
 def _on_device(encoder, device: torch.device) -> bool:
-    """Whether every parameter and buffer of ``encoder`` is on ``device`` (``cuda`` means the current GPU)."""
+    """Whether every parameter and buffer of ``encoder`` is on ``device`` (``cuda`` without an index means the
+    current GPU, as for ``.to``; another type without an index means any device of that type)."""
     if device.type == "cuda" and device.index is None:
         device = torch.device("cuda", torch.cuda.current_device())
-    return all(t.device == device for t in itertools.chain(encoder.parameters(), encoder.buffers()))
+    tensors = itertools.chain(encoder.parameters(), encoder.buffers())
+    if device.index is None:
+        return all(t.device.type == device.type for t in tensors)
+    return all(t.device == device for t in tensors)
 
 
 def forward_bytes(g: dgl.DGLGraph, dim: int, device, num_graphs: int | None = None) -> int:
     """Estimated activation memory of one plain no-grad forward over ``g`` (virtual nodes included).
 
-    About six ``(N + B) x dim`` float tensors (state, four projections, aggregate), plus on non-CPU
-    devices one gate per edge (the CPU path of :func:`gpse_dgl.nn.ops.gated_sum` processes edges in
-    small chunks, except for the virtual node's ``N`` in-edges). ``num_graphs`` is ``B`` when known
-    (default ``g.batch_size``).
+    About six ``(N + B) x dim`` float tensors (state, four projections, aggregate), plus one gate per edge
+    where the torch ops of :func:`gpse_dgl.nn.ops.gated_sum` run on a GPU. The CPU kernels and the GPU's
+    Triton kernels hold no gate per edge (on the CPU's torch path edges go in small chunks), except for the
+    virtual node's ``N`` in-edges. ``num_graphs`` is ``B`` when known (default ``g.batch_size``).
     """
     nodes = g.num_nodes()
     rows = nodes + (g.batch_size if num_graphs is None else num_graphs)
-    edges = nodes if torch.device(device).type == "cpu" else g.num_edges() + 2 * nodes
+    per_edge = torch.device(device).type != "cpu" and not gpu_kernels.available()
+    edges = g.num_edges() + 2 * nodes if per_edge else nodes
     return 4 * dim * (6 * rows + edges)
 
 

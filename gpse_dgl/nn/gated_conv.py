@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 from torch import nn
@@ -192,21 +193,24 @@ class ResGatedConv(nn.Module):
 
     def _bias_as(self, dtype: torch.dtype) -> torch.Tensor:
         """``[kqv_bias, 0]`` in ``dtype``, the bias of the four maps' product without autograd, built once while
-        ``kqv_bias`` is unchanged (on a GPU each layer would otherwise launch three small kernels for it)."""
+        ``kqv_bias`` is unchanged (on a GPU each layer would otherwise launch three small kernels for it); as for
+        the weight, edits through ``.data`` are not seen."""
         d = self.out_feats
         return self._cached("_bias_cast", self.kqv_bias, dtype,
                             lambda bias: torch.cat([bias, bias.new_zeros(d)]).to(dtype))
 
     def _cached(self, slot: str, tensor: torch.Tensor, dtype: torch.dtype, make) -> torch.Tensor:
-        """``make(tensor)``, kept in ``slot`` while ``tensor`` is unchanged (its version counter)."""
+        """``make(tensor)``, kept in ``slot`` while ``tensor`` is the same object, unchanged (its version
+        counter)."""
         if tensor.is_inference():  # inference tensors have no version counter
             return make(tensor)
         key = (dtype, tensor.device, tensor.data_ptr(), tensor_version(tensor))
         cached = self.__dict__.get(slot)
-        if cached is None or cached[0] != key:
-            cached = (key, make(tensor.detach()))
+        # the tensor itself too, by weak reference: a replaced parameter can reuse the old one's memory
+        if cached is None or cached[0] != key or cached[1]() is not tensor:
+            cached = (key, weakref.ref(tensor), make(tensor.detach()))
             self.__dict__[slot] = cached  # not a buffer: never in the state dict
-        return cached[1]
+        return cached[2]
 
     def forward(self, graph: dgl.DGLGraph, feat, *, workspace: torch.Tensor | None = None) -> torch.Tensor:
         """Apply the layer.

@@ -226,7 +226,8 @@ class GPSE(nn.Module):
         ``conv_out`` of convolution ``layer`` on the rows ``h``.
 
         Without autograd (nothing here or in the encoder requires gradients) the update is done in place:
-        ``h`` is updated and returned, ``conv_out`` is overwritten (so ``h`` may be a view of a larger state).
+        ``h`` is updated and returned, and ``conv_out`` may be overwritten (so ``h`` may be a view of a larger
+        state).
         """
         norm = self.norms[layer]
         if _wants_grad(self, h, conv_out):
@@ -234,7 +235,9 @@ class GPSE(nn.Module):
             return h + F.normalize(y, p=2.0, dim=1)
         dropout_off = not self.dropout.training or self.dropout.p == 0
         if dropout_off and gpu_kernels.supports_residual_update(h, conv_out, norm):
-            return gpu_kernels.residual_update_(h, conv_out, norm)  # one kernel on CUDA
+            updated = gpu_kernels.residual_update_(h, conv_out, norm)  # one kernel on CUDA
+            if updated is not None:  # None: the kernel could not run, h is unchanged
+                return updated
         y = self.dropout(_batch_norm_(conv_out, norm)).relu_()
         return h.addcdiv_(y, torch.linalg.vector_norm(y, dim=1, keepdim=True).clamp_min_(1e-12))
 

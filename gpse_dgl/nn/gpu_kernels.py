@@ -4,16 +4,21 @@ Without autograd, on CUDA tensors:
 
 * :func:`gpse_dgl.nn.ops.gated_sum` runs :func:`gated_sum`: one kernel over a destination-sorted CSR
   (:mod:`gpse_dgl.nn.triton_kernels`) where the torch path launches about eight (gathers, add, sigmoid,
-  multiply, ``index_add_``) and writes ``(E, d)`` tensors between them;
+  multiply, ``index_add_``) and writes ``(E, d)`` tensors between them. A destination with more than
+  :data:`HUB_DEGREE` in-edges (the virtual node of a large graph) would keep one program of that kernel
+  looping while the rest of the GPU waits: its sum runs as torch ops over pieces of its edges instead.
 * :meth:`gpse_dgl.nn.gpse.GPSE.residual_update` in eval mode runs :func:`residual_update_`: BatchNorm,
   ReLU, the row's L2 norm and the residual sum in one kernel instead of about ten.
 
 On molecule batches the GPU spends most of a forward pass waiting for launches, so launches saved are the
-gain; on large graphs the edge work reads each source row once per edge and writes nothing per edge.
+gain; on large graphs the edge work reads each source row once per edge and writes nothing per edge. Every
+destination's sum runs in the order of its in-edges, in pieces that depend on its in-edges only, so a
+graph's encoding does not depend on the batch it is in.
 
-Training (autograd) keeps the torch path. Triton ships with the CUDA builds of torch; without it, with
-``GPSE_DGL_NATIVE=0`` (which also turns off the compiled CPU kernels of :mod:`gpse_dgl.nn.native`), or on
-other devices the torch ops run, and :func:`describe` says so (``gpse-dgl info`` prints it).
+Training (autograd) keeps the torch path. Triton ships with the CUDA builds of torch; without it, on GPUs
+older than compute capability 7.0, with ``GPSE_DGL_NATIVE=0`` (which also turns off the compiled CPU
+kernels of :mod:`gpse_dgl.nn.native`), or after a kernel failed to compile or launch (said once on stderr),
+the torch ops run, and :func:`describe` says which path runs (``gpse-dgl info`` prints it).
 
 Example
 -------
@@ -24,23 +29,29 @@ True
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.util
 import os
+import sys
 
 import torch
 
 from .native import GatedCSR, accumulates_in_place
 
-__all__ = ["available", "describe", "disabled", "gated_sum", "residual_update_", "supports", "supports_residual_update"]
+__all__ = ["HUB_DEGREE", "MAX_RESIDUAL_DIM", "available", "describe", "disabled", "gated_sum", "residual_update_",
+           "supports", "supports_residual_update"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: The widest row :func:`residual_update_` takes (one program holds a row: its L2 norm needs all of it).
 MAX_RESIDUAL_DIM = 8192
+#: In-edges above which a destination is summed by torch ops over pieces of :data:`HUB_PIECE` edges.
+HUB_DEGREE = 4096
+HUB_PIECE = 1 << 16
 _state: dict = {}
 
 
 def available() -> bool:
-    """Whether the Triton kernels can run here (Triton importable, not turned off); checked once."""
+    """Whether the Triton kernels can run here (Triton importable, not turned off, no kernel failed)."""
     if "reason" not in _state:
         _state["reason"] = _unavailable_reason()
     return _state["reason"] is None
@@ -54,9 +65,13 @@ def _unavailable_reason() -> str | None:
     try:
         from . import triton_kernels  # noqa: F401 - only where Triton is: importing it imports Triton
     except Exception as exc:  # noqa: BLE001 - a broken Triton install: the torch path runs
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return f"Triton could not be imported ({type(exc).__name__}: {first[:200]})"
+        return f"Triton could not be imported ({_first_line(exc)})"
     return None
+
+
+def _first_line(exc: BaseException) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first[:200]}" if first else type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -80,40 +95,114 @@ def describe() -> str:
     return f"torch ops: {_state['reason']}"
 
 
+@functools.lru_cache(maxsize=None)
+def _capable(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device) >= (7, 0)
+
+
+def _on_capable_gpu(tensors) -> bool:
+    device = tensors[0].device
+    return all(t.device == device for t in tensors) and device.type == "cuda" and _capable(device)
+
+
 def supports(*tensors: torch.Tensor) -> bool:
-    """Whether :func:`gated_sum` takes these rows: 2-d, on CUDA, one float dtype, Triton available."""
+    """Whether :func:`gated_sum` takes these rows: 2-d, one float dtype, on one CUDA device of compute
+    capability 7.0 or more, Triton available."""
     dtype = tensors[0].dtype
-    return (dtype in _DTYPES and all(t.device.type == "cuda" and t.dtype == dtype and t.dim() == 2 for t in tensors)
-            and available())
+    return (dtype in _DTYPES and all(t.dtype == dtype and t.dim() == 2 for t in tensors) and available()
+            and _on_capable_gpu(tensors))
+
+
+def _run(launch, *args) -> bool:
+    """``launch(*args)``; if a kernel fails to compile or launch, the torch ops take over for the rest of the
+    process (said once on stderr) and False is returned."""
+    try:
+        launch(*args)
+        return True
+    except Exception as exc:  # noqa: BLE001 - a GPU or toolchain Triton cannot use: the torch path runs
+        _state["reason"] = f"a Triton kernel failed ({_first_line(exc)})"
+        print(f"gpse-dgl: {_state['reason']}; the torch ops run instead", file=sys.stderr, flush=True)
+        return False
+
+
+class _DeviceCSR:
+    """A graph's in-edges by destination on a device, as the kernel reads them: ``starts``/``stops`` per
+    destination (empty for hubs) and ``index`` (sources); ``hubs`` lists ``(row, start, stop)`` of the
+    destinations with more than :data:`HUB_DEGREE` in-edges."""
+
+    def __init__(self, csr: GatedCSR, device: torch.device):
+        indptr = csr.dst_indptr
+        starts, stops = indptr[:-1].clone(), indptr[1:].clone()
+        hubs = torch.nonzero(stops - starts > HUB_DEGREE).flatten()
+        stops[hubs] = starts[hubs]
+        self.hubs = [(row, int(indptr[row]), int(indptr[row + 1])) for row in hubs.tolist()]
+        self.starts, self.stops = starts.to(device), stops.to(device)
+        self.index = csr.dst_index.to(device)
+        self.num_src, self.num_dst = csr.num_src, csr.num_dst
+
+    @classmethod
+    def of(cls, graph, device: torch.device) -> "_DeviceCSR":
+        cache = graph.__dict__.setdefault("_gpse_device_csr", {})
+        key = (str(device), HUB_DEGREE)
+        if key not in cache:
+            cache[key] = cls(GatedCSR.of(graph), device)
+        return cache[key]
+
+
+def _hub_sums_(csr: _DeviceCSR, key, query, value, out) -> None:
+    """Add the sums of the hub destinations to ``out`` with torch ops, :data:`HUB_PIECE` edges at a time."""
+    for row, start, stop in csr.hubs:
+        row_key = key[row].float()
+        for first in range(start, stop, HUB_PIECE):
+            sources = csr.index[first:min(stop, first + HUB_PIECE)]
+            gate = query.index_select(0, sources).float().add_(row_key).sigmoid_()
+            out[row] += gate.mul_(value.index_select(0, sources).float()).sum(0)
+
+
+def _check_shapes(csr: _DeviceCSR, key, query, value, out) -> None:
+    dim = value.shape[1]
+    if key.shape != (csr.num_dst, dim) or query.shape[1] != dim or min(query.shape[0], value.shape[0]) < csr.num_src:
+        raise ValueError(f"gated_sum on a graph of {csr.num_src} sources and {csr.num_dst} destinations: key must "
+                         f"be ({csr.num_dst}, d), query and value (>= {csr.num_src}, d) with one d; got "
+                         f"{tuple(key.shape)}, {tuple(query.shape)}, {tuple(value.shape)}")
+    if out is not None and out.shape != (csr.num_dst, dim):
+        raise ValueError(f"out must be ({csr.num_dst}, {dim}), got {tuple(out.shape)}")
 
 
 def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
-              out: torch.Tensor | None = None) -> torch.Tensor:
-    """``out[v] (+)= sum_{e = (u, v)} sigmoid(dst_gate[v] + src_gate[u]) * src_feat[u]`` without autograd;
-    float32 result, added to ``out`` in place where its rows can take it. The rows must have unit column
-    stride (any row stride). CPU tensors run in Triton's interpreter (for tests)."""
-    indptr, index = GatedCSR.of(graph).by_destination_on(src_feat.device)
+              out: torch.Tensor | None = None) -> torch.Tensor | None:
+    """``out[v] (+)= sum_{e = (u, v)} sigmoid(dst_gate[v] + src_gate[u]) * src_feat[u]`` without autograd.
+
+    The rows must have unit column stride (any row stride). The sum is float32: added to ``out`` (float32)
+    in place where its rows can take it, else returned. None if the kernel could not run (see :func:`_run`):
+    nothing was added, and the caller takes the torch path. CPU tensors run in Triton's interpreter (tests).
+    """
+    csr = _DeviceCSR.of(graph, src_feat.device)
+    _check_shapes(csr, dst_gate, src_gate, src_feat, out)
     target = out
     if out is None or not accumulates_in_place(out):
-        target = torch.zeros((indptr.shape[0] - 1, src_feat.shape[1]), dtype=torch.float32, device=src_feat.device)
+        target = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32, device=src_feat.device)
     from . import triton_kernels  # only where Triton is (supports() checked it)
 
-    triton_kernels.gated_sum_(indptr, index, dst_gate, src_gate, src_feat, target)
+    if not _run(triton_kernels.gated_sum_, csr.starts, csr.stops, csr.index, dst_gate, src_gate, src_feat, target):
+        return None
+    _hub_sums_(csr, dst_gate, src_gate, src_feat, target)
     return target if out is None or target is out else out.add_(target)
 
 
 def supports_residual_update(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn.BatchNorm1d) -> bool:
-    """Whether :func:`residual_update_` takes this update: CUDA rows (``h`` float32 with unit column
-    stride), ``norm`` in eval mode with running statistics, Triton available."""
-    return (h.device.type == "cuda" and conv.device == h.device and h.dtype == torch.float32
-            and conv.dtype in _DTYPES and h.dim() == 2 and conv.shape == h.shape and h.stride(1) == 1
-            and conv.stride(1) == 1 and not norm.training and norm.running_var is not None
-            and h.shape[1] <= MAX_RESIDUAL_DIM and available())
+    """Whether :func:`residual_update_` takes this update: ``h`` float32 rows with unit column stride that
+    do not overlap, ``conv`` of its shape, both on one CUDA device (see :func:`supports`), ``norm`` in eval
+    mode with running statistics, rows of at most :data:`MAX_RESIDUAL_DIM`."""
+    return (h.dtype == torch.float32 and conv.dtype in _DTYPES and h.dim() == 2 and conv.shape == h.shape
+            and h.stride(1) == 1 and conv.stride(1) == 1 and h.stride(0) >= h.shape[1] and not norm.training
+            and norm.running_mean is not None and norm.running_var is not None
+            and h.shape[1] <= MAX_RESIDUAL_DIM and available() and _on_capable_gpu((h, conv)))
 
 
-def residual_update_(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn.BatchNorm1d) -> torch.Tensor:
-    """``h += normalize(relu(norm(conv)))`` in place (see :func:`supports_residual_update`); returns ``h``.
-    CPU tensors run in Triton's interpreter (for tests)."""
+def residual_update_(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn.BatchNorm1d) -> torch.Tensor | None:
+    """``h += normalize(relu(norm(conv)))`` in place (see :func:`supports_residual_update`); returns ``h``, or
+    None if the kernel could not run (``h`` unchanged). CPU tensors run in Triton's interpreter (tests)."""
     from . import triton_kernels  # only where Triton is
 
-    return triton_kernels.residual_update_(h, conv, norm)
+    return h if _run(triton_kernels.residual_update_, h, conv, norm) else None

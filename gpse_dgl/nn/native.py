@@ -142,16 +142,6 @@ class GatedCSR:
         self.dst_indptr, self.dst_index = _csr(dst, src, num_dst)
         self.num_src, self.num_dst = num_src, num_dst
         self._edges = (src, dst)
-        self._on_device: dict = {}
-
-    def by_destination_on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(indptr, sources)`` by destination on ``device`` (copied once per device)."""
-        if device.type == "cpu":
-            return self.dst_indptr, self.dst_index
-        key = str(device)
-        if key not in self._on_device:
-            self._on_device[key] = (self.dst_indptr.to(device), self.dst_index.to(device))
-        return self._on_device[key]
 
     @functools.cached_property
     def by_source(self) -> tuple[torch.Tensor, torch.Tensor]:

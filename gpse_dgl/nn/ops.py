@@ -377,7 +377,9 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
         out = to_accumulation(out)
     if backend == "torch" and not needs_grad and gpu_kernels.supports(dst_gate, src_gate, src_feat):
         dst_gate, src_gate, src_feat = (_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat))
-        return gpu_kernels.gated_sum(graph, dst_gate, src_gate, src_feat, out=out)
+        summed = gpu_kernels.gated_sum(graph, dst_gate, src_gate, src_feat, out=out)
+        if summed is not None:  # None: the kernel could not run, nothing was added (the torch ops follow)
+            return summed
     if backend == "torch" and native.supports(dst_gate, src_gate, src_feat):
         dst_gate, src_gate, src_feat = (_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat))
         if not needs_grad:

@@ -40,14 +40,14 @@ BLOCK_E = 8
 GATED_BLOCK_D = 128
 
 
-def _gated_sum_kernel(indptr_ptr, index_ptr, key_ptr, query_ptr, value_ptr, out_ptr,
+def _gated_sum_kernel(start_ptr, stop_ptr, index_ptr, key_ptr, query_ptr, value_ptr, out_ptr,
                       key_stride, query_stride, value_stride, out_stride, dim,
                       BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < dim
-    start = tl.load(indptr_ptr + row)
-    stop = tl.load(indptr_ptr + row + 1)
+    start = tl.load(start_ptr + row)
+    stop = tl.load(stop_ptr + row)
     key = tl.load(key_ptr + row * key_stride + cols, mask=col_mask, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
     first = start
@@ -74,7 +74,7 @@ def _residual_update_kernel(h_ptr, conv_ptr, mean_ptr, var_ptr, weight_ptr, bias
     conv = tl.load(conv_ptr + row * conv_stride + cols, mask=mask, other=0.0).to(tl.float32)
     mean = tl.load(mean_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     var = tl.load(var_ptr + cols, mask=mask, other=1.0).to(tl.float32)
-    alpha = 1.0 / tl.sqrt(var + eps)
+    alpha = tl.div_rn(1.0, tl.sqrt_rn(var + eps))
     if HAS_WEIGHT:
         alpha = alpha * tl.load(weight_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     beta = -mean * alpha
@@ -82,9 +82,9 @@ def _residual_update_kernel(h_ptr, conv_ptr, mean_ptr, var_ptr, weight_ptr, bias
         beta = beta + tl.load(bias_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     y = tl.maximum(conv * alpha + beta, 0.0)
     y = tl.where(mask, y, 0.0)
-    norm = tl.sqrt(tl.sum(y * y, axis=0))
+    norm = tl.sqrt_rn(tl.sum(y * y, axis=0))  # correctly rounded, as torch's (the default is approximate)
     h = h_ptr + row * h_stride + cols
-    tl.store(h, tl.load(h, mask=mask, other=0.0) + y / tl.maximum(norm, 1e-12), mask=mask)
+    tl.store(h, tl.load(h, mask=mask, other=0.0) + tl.div_rn(y, tl.maximum(norm, 1e-12)), mask=mask)
 
 
 @functools.lru_cache(maxsize=None)
@@ -92,29 +92,34 @@ def _kernel(name: str):
     return triton.jit(globals()[name])  # Triton's interpreter instead where TRITON_INTERPRET=1
 
 
-def _launch(name: str, device: torch.device):
-    """The kernel ``name`` for tensors on ``device``: CUDA, or the CPU under Triton's interpreter."""
-    if device.type != "cuda" and not triton.knobs.runtime.interpret:
-        raise ValueError(f"the Triton kernels take CUDA tensors, got {device} (CPU tensors run in Triton's "
-                         "interpreter when TRITON_INTERPRET=1 is set before Triton is imported)")
-    return _kernel(name)
+def _launch(name: str, device: torch.device, grid: tuple, *args, **options) -> None:
+    """Run the kernel ``name`` on ``device``: a GPU (Triton launches on the current device, so that device
+    is made current for the launch), or the CPU under Triton's interpreter."""
+    if device.type != "cuda":
+        if not triton.knobs.runtime.interpret:
+            raise ValueError(f"the Triton kernels take CUDA tensors, got {device} (CPU tensors run in Triton's "
+                             "interpreter when TRITON_INTERPRET=1 is set before Triton is imported)")
+        _kernel(name)[grid](*args, **options)
+        return
+    with torch.cuda.device(device):
+        _kernel(name)[grid](*args, **options)
 
 
-def gated_sum_(indptr: torch.Tensor, index: torch.Tensor, key: torch.Tensor, query: torch.Tensor,
-               value: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def gated_sum_(starts: torch.Tensor, stops: torch.Tensor, index: torch.Tensor, key: torch.Tensor,
+               query: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Add the gated sum to ``out`` (float32, ``(num_dst, d)``, unit column stride, rows not overlapping).
 
-    ``indptr`` (``num_dst + 1``) and ``index`` (sources by destination), int64; ``key`` has ``num_dst``
-    rows, ``query`` and ``value`` one row per source; all on ``out``'s device with unit column stride.
+    Destination ``v`` sums the sources ``index[starts[v]:stops[v]]`` (int64, checked by the caller); ``key``
+    has ``num_dst`` rows, ``query`` and ``value`` one row per source; all on ``out``'s device, with unit
+    column stride.
     """
     num_dst, dim = out.shape
     if num_dst == 0 or dim == 0:
         return out
     block_d = min(GATED_BLOCK_D, triton.next_power_of_2(dim))
     grid = (num_dst, triton.cdiv(dim, block_d))
-    _launch("_gated_sum_kernel", out.device)[grid](
-        indptr, index, key, query, value, out, key.stride(0), query.stride(0), value.stride(0), out.stride(0), dim,
-        BLOCK_E=BLOCK_E, BLOCK_D=block_d, num_warps=4)
+    _launch("_gated_sum_kernel", out.device, grid, starts, stops, index, key, query, value, out, key.stride(0),
+            query.stride(0), value.stride(0), out.stride(0), dim, BLOCK_E=BLOCK_E, BLOCK_D=block_d, num_warps=4)
     return out
 
 
@@ -126,9 +131,8 @@ def residual_update_(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn.BatchNo
         return h
     weight, bias = norm.weight, norm.bias
     block_d = triton.next_power_of_2(dim)
-    _launch("_residual_update_kernel", h.device)[(rows,)](
-        h, conv, norm.running_mean, norm.running_var, norm.running_mean if weight is None else weight,
-        norm.running_mean if bias is None else bias, h.stride(0), conv.stride(0), dim, float(norm.eps),
-        HAS_WEIGHT=weight is not None, HAS_BIAS=bias is not None, BLOCK_D=block_d,
-        num_warps=4 if block_d <= 1024 else 8)
+    _launch("_residual_update_kernel", h.device, (rows,), h, conv, norm.running_mean, norm.running_var,
+            norm.running_mean if weight is None else weight, norm.running_mean if bias is None else bias,
+            h.stride(0), conv.stride(0), dim, float(norm.eps), HAS_WEIGHT=weight is not None,
+            HAS_BIAS=bias is not None, BLOCK_D=block_d, num_warps=4 if block_d <= 1024 else 8)
     return h
