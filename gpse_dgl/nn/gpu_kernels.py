@@ -109,8 +109,8 @@ def supports(*tensors: torch.Tensor) -> bool:
     """Whether :func:`gated_sum` takes these rows: 2-d, one float dtype, on one CUDA device of compute
     capability 7.0 or more, Triton available."""
     dtype = tensors[0].dtype
-    return (dtype in _DTYPES and all(t.dtype == dtype and t.dim() == 2 for t in tensors) and available()
-            and _on_capable_gpu(tensors))
+    return (dtype in _DTYPES and all(t.dtype == dtype and t.dim() == 2 for t in tensors)
+            and _on_capable_gpu(tensors) and available())  # the device first: CPU-only runs never import Triton
 
 
 def _run(launch, *args) -> bool:
@@ -197,7 +197,7 @@ def supports_residual_update(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn
     return (h.dtype == torch.float32 and conv.dtype in _DTYPES and h.dim() == 2 and conv.shape == h.shape
             and h.stride(1) == 1 and conv.stride(1) == 1 and h.stride(0) >= h.shape[1] and not norm.training
             and norm.running_mean is not None and norm.running_var is not None
-            and h.shape[1] <= MAX_RESIDUAL_DIM and available() and _on_capable_gpu((h, conv)))
+            and h.shape[1] <= MAX_RESIDUAL_DIM and _on_capable_gpu((h, conv)) and available())
 
 
 def residual_update_(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn.BatchNorm1d) -> torch.Tensor | None:
