@@ -275,3 +275,18 @@ def test_a_lock_left_by_a_killed_build_is_removed(tmp_path):
     native._remove_stale_lock(fresh)
     native._remove_stale_lock(tmp_path / "missing")
     assert not stale.exists() and fresh.exists()
+
+
+@needs_kernel
+def test_gradient_buffers_must_have_the_rows_dtype():
+    """The gradient kernels write every row in the rows' dtype: a float32 buffer for bf16 rows is refused."""
+    graph = graphs()["hub"]
+    rows = torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16)
+    csr = native.GatedCSR.of(graph)
+    grad_out = torch.zeros(graph.num_nodes(), 8)
+    with pytest.raises(RuntimeError, match="grad_k must be contiguous"):
+        native.kernel().grad_key(csr.dst_indptr, csr.dst_index, rows, rows, rows, *native.factors(rows), grad_out,
+                                 torch.zeros(graph.num_nodes(), 8))
+    with pytest.raises(RuntimeError, match="grad_val must be contiguous"):
+        native.kernel().grad_source(*csr.by_source, rows, rows, rows, *native.factors(rows), grad_out,
+                                    torch.empty(0), torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16).t())

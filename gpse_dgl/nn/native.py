@@ -222,19 +222,18 @@ class _NativeGatedSum(torch.autograd.Function):
         need_k, need_q, need_v = ctx.needs_input_grad[:3]
         empty = torch.empty(0)
         grad_k = grad_q = grad_v = None
+        # The kernels sum in float32 and write every row once in the rows' dtype: no zero fill, no cast after.
         if need_k:
-            grad_k = torch.zeros((csr.num_dst, dst_gate.shape[1]), dtype=torch.float32)
+            grad_k = torch.empty((csr.num_dst, dst_gate.shape[1]), dtype=dst_gate.dtype)
             module.grad_key(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate),
                             grad_out, grad_k)
         if need_q or need_v:
             shape = (csr.num_src, src_feat.shape[1])
-            grad_q = torch.zeros(shape, dtype=torch.float32) if need_q else None
-            grad_v = torch.zeros(shape, dtype=torch.float32) if need_v else None
+            grad_q = torch.empty(shape, dtype=src_gate.dtype) if need_q else None
+            grad_v = torch.empty(shape, dtype=src_feat.dtype) if need_v else None
             module.grad_source(*csr.by_source, dst_gate, src_gate, src_feat, *factors(dst_gate), grad_out,
                                empty if grad_q is None else grad_q, empty if grad_v is None else grad_v)
-        return (None if grad_k is None else grad_k.to(dst_gate.dtype),
-                None if grad_q is None else grad_q.to(src_gate.dtype),
-                None if grad_v is None else grad_v.to(src_feat.dtype), None)
+        return grad_k, grad_q, grad_v, None
 
 
 def accumulates_in_place(out: torch.Tensor) -> bool:

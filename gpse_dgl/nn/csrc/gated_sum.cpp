@@ -175,18 +175,18 @@ void forward_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows
   });
 }
 
-// grad_k[v] = sum_{e = (u, v)} g[v] * val[u] * s * (1 - s),  s = sigmoid(k[v] + q[u])
+// grad_k[v] = sum_{e = (u, v)} g[v] * val[u] * s * (1 - s),  s = sigmoid(k[v] + q[u]); summed in float32 and
+// written once per row in the rows' dtype T (rows without in-edges get 0), so the caller neither fills nor casts.
 template <typename T>
 void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, const T* eq,
-                     const uint8_t* q_flag, const float* grad_out, float* grad_k, int64_t n, int64_t d) {
+                     const uint8_t* q_flag, const float* grad_out, T* grad_k, int64_t n, int64_t d) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> key(d), ek(d);
+    std::vector<float> key(d), ek(d), acc(d);
     for (int64_t v = begin; v < end; ++v) {
       const int64_t e0 = indptr[v], e1 = indptr[v + 1];
-      if (e0 == e1) continue;
-      const bool factored = load_with_factors(k[v], key.data(), ek.data(), d);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      const bool factored = e0 < e1 && load_with_factors(k[v], key.data(), ek.data(), d);
       const float* g = grad_out + v * d;
-      float* gk = grad_k + v * d;
       for (int64_t e = e0; e < e1; ++e) {
         const int64_t u = index[e];
         const T* vu = val[u];
@@ -195,37 +195,39 @@ void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Row
 #pragma omp simd
           for (int64_t j = 0; j < d; ++j) {
             const float s = 1.0f / (1.0f + ek[j] * load(eu, j));
-            gk[j] += g[j] * load(vu, j) * s * (1.0f - s);
+            acc[j] += g[j] * load(vu, j) * s * (1.0f - s);
           }
         } else {
           const T* qu = q[u];
 #pragma omp simd
           for (int64_t j = 0; j < d; ++j) {
             const float s = sigmoid(key[j] + load(qu, j));
-            gk[j] += g[j] * load(vu, j) * s * (1.0f - s);
+            acc[j] += g[j] * load(vu, j) * s * (1.0f - s);
           }
         }
       }
+      T* gk = grad_k + v * d;
+      for (int64_t j = 0; j < d; ++j) store(gk, j, acc[j]);
     }
   });
 }
 
-// By source u over its out-edges (u, v): grad_val[u] += s * g[v],  grad_q[u] += g[v] * val[u] * s * (1 - s);
-// ek / k_flag: the destinations' factors.
+// By source u over its out-edges (u, v): grad_val[u] = sum s * g[v],  grad_q[u] = sum g[v] * val[u] * s * (1 - s);
+// ek / k_flag: the destinations' factors. Summed in float32, written once per row in T (as grad_key_kernel).
 template <typename T>
 void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, const T* ek,
-                        const uint8_t* k_flag, const float* grad_out, float* grad_q, float* grad_val, int64_t n,
-                        int64_t d) {
+                        const uint8_t* k_flag, const float* grad_out, T* grad_q, T* grad_val, int64_t n, int64_t d) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> query(d), eq(d), value(d), s(d);
+    std::vector<float> query(d), eq(d), value(d), s(d), acc_q(d), acc_v(d);
     for (int64_t u = begin; u < end; ++u) {
       const int64_t e0 = indptr[u], e1 = indptr[u + 1];
-      if (e0 == e1) continue;
-      const bool factored = load_with_factors(q[u], query.data(), eq.data(), d);
+      std::fill(acc_q.begin(), acc_q.end(), 0.0f);
+      std::fill(acc_v.begin(), acc_v.end(), 0.0f);
+      const bool factored = e0 < e1 && load_with_factors(q[u], query.data(), eq.data(), d);
       const T* vu = val[u];
-      for (int64_t j = 0; j < d; ++j) value[j] = load(vu, j);
-      float* gq = grad_q ? grad_q + u * d : nullptr;
-      float* gv = grad_val ? grad_val + u * d : nullptr;
+      if (e0 < e1) {
+        for (int64_t j = 0; j < d; ++j) value[j] = load(vu, j);
+      }
       for (int64_t e = e0; e < e1; ++e) {
         const int64_t v = index[e];
         const float* g = grad_out + v * d;
@@ -238,14 +240,22 @@ void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, 
 #pragma omp simd
           for (int64_t j = 0; j < d; ++j) s[j] = sigmoid(load(kv, j) + query[j]);
         }
-        if (gv) {
+        if (grad_val) {
 #pragma omp simd
-          for (int64_t j = 0; j < d; ++j) gv[j] += s[j] * g[j];
+          for (int64_t j = 0; j < d; ++j) acc_v[j] += s[j] * g[j];
         }
-        if (gq) {
+        if (grad_q) {
 #pragma omp simd
-          for (int64_t j = 0; j < d; ++j) gq[j] += g[j] * value[j] * s[j] * (1.0f - s[j]);
+          for (int64_t j = 0; j < d; ++j) acc_q[j] += g[j] * value[j] * s[j] * (1.0f - s[j]);
         }
+      }
+      if (grad_val) {
+        T* gv = grad_val + u * d;
+        for (int64_t j = 0; j < d; ++j) store(gv, j, acc_v[j]);
+      }
+      if (grad_q) {
+        T* gq = grad_q + u * d;
+        for (int64_t j = 0; j < d; ++j) store(gq, j, acc_q[j]);
       }
     }
   });
@@ -279,6 +289,13 @@ void check_factors(const at::Tensor& factor, const at::Tensor& flag, const at::T
 
 void check_float(const at::Tensor& t, const char* name) {
   TORCH_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat, name, " must be contiguous float32");
+}
+
+// A gradient the kernels write whole: contiguous, `rows` rows, the width and dtype of `like`.
+void check_grad(const at::Tensor& t, const char* name, const at::Tensor& like, int64_t rows) {
+  TORCH_CHECK(t.is_contiguous() && t.dim() == 2 && t.size(0) == rows && t.size(1) == like.size(1) &&
+                  t.scalar_type() == like.scalar_type(),
+              name, " must be contiguous, (", rows, ", ", like.size(1), "), of the rows' dtype");
 }
 
 // body(T{}) with T the element type of `t` (float or at::BFloat16).
@@ -321,7 +338,8 @@ void gated_sum_forward(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Te
   });
 }
 
-// grad_k (float32, (n_dst, d)) += d loss / d k, by destination (dst_indptr / dst_index).
+// grad_k ((n_dst, d), contiguous, k's dtype) = d loss / d k, every row written; by destination (dst_indptr /
+// dst_index).
 void gated_sum_grad_key(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
                         at::Tensor eq, at::Tensor q_flag, at::Tensor grad_out, at::Tensor grad_k) {
   const int64_t n = grad_k.size(0), d = grad_k.size(1);
@@ -329,17 +347,18 @@ void gated_sum_grad_key(at::Tensor indptr, at::Tensor index, at::Tensor k, at::T
   check_gates(k, q, val, d);
   check_factors(eq, q_flag, q);
   check_float(grad_out, "grad_out");
-  check_float(grad_k, "grad_k");
+  check_grad(grad_k, "grad_k", k, n);
   dispatch(k, [&](auto tag) {
     using T = decltype(tag);
     grad_key_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q), rows<T>(val),
                        eq.data_ptr<T>(), q_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
-                       grad_k.data_ptr<float>(), n, d);
+                       grad_k.data_ptr<T>(), n, d);
   });
 }
 
-// grad_q, grad_val (float32, (n_src, d); either may be empty) += their gradients, by source
-// (src_indptr / src_index: for each source, the destinations of its out-edges); ek, k_flag: the factors of k.
+// grad_q, grad_val ((n_src, d), contiguous, q's dtype; either may be empty) = their gradients, every row written;
+// by source (src_indptr / src_index: for each source, the destinations of its out-edges); ek, k_flag: the
+// factors of k.
 void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
                            at::Tensor ek, at::Tensor k_flag, at::Tensor grad_out, at::Tensor grad_q,
                            at::Tensor grad_val) {
@@ -348,13 +367,14 @@ void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at
   check_gates(k, q, val, d);
   check_factors(ek, k_flag, k);
   check_float(grad_out, "grad_out");
-  float* gq = grad_q.numel() ? grad_q.data_ptr<float>() : nullptr;
-  float* gv = grad_val.numel() ? grad_val.data_ptr<float>() : nullptr;
-  if (!gq && !gv) return;
+  if (grad_q.numel()) check_grad(grad_q, "grad_q", q, n);
+  if (grad_val.numel()) check_grad(grad_val, "grad_val", q, n);
+  if (!grad_q.numel() && !grad_val.numel()) return;
   dispatch(k, [&](auto tag) {
     using T = decltype(tag);
     grad_source_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q),
                           rows<T>(val), ek.data_ptr<T>(), k_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
-                          gq, gv, n, d);
+                          grad_q.numel() ? grad_q.data_ptr<T>() : nullptr,
+                          grad_val.numel() ? grad_val.data_ptr<T>() : nullptr, n, d);
   });
 }
