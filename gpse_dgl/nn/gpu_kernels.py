@@ -36,6 +36,7 @@ import sys
 
 import torch
 
+from ..utils.text import first_line
 from .native import GatedCSR, accumulates_in_place
 
 __all__ = ["HUB_DEGREE", "MAX_RESIDUAL_DIM", "available", "describe", "disabled", "gated_sum", "residual_update_",
@@ -65,13 +66,8 @@ def _unavailable_reason() -> str | None:
     try:
         from . import triton_kernels  # noqa: F401 - only where Triton is: importing it imports Triton
     except Exception as exc:  # noqa: BLE001 - a broken Triton install: the torch path runs
-        return f"Triton could not be imported ({_first_line(exc)})"
+        return f"Triton could not be imported ({type(exc).__name__}: {first_line(exc, 200)})"
     return None
-
-
-def _first_line(exc: BaseException) -> str:
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first[:200]}" if first else type(exc).__name__
 
 
 @contextlib.contextmanager
@@ -102,7 +98,7 @@ def _capable(device: torch.device) -> bool:
 
 def _on_capable_gpu(tensors) -> bool:
     device = tensors[0].device
-    return all(t.device == device for t in tensors) and device.type == "cuda" and _capable(device)
+    return device.type == "cuda" and all(t.device == device for t in tensors) and _capable(device)
 
 
 def supports(*tensors: torch.Tensor) -> bool:
@@ -120,7 +116,7 @@ def _run(launch, *args) -> bool:
         launch(*args)
         return True
     except Exception as exc:  # noqa: BLE001 - a GPU or toolchain Triton cannot use: the torch path runs
-        _state["reason"] = f"a Triton kernel failed ({_first_line(exc)})"
+        _state["reason"] = f"a Triton kernel failed ({type(exc).__name__}: {first_line(exc, 200)})"
         print(f"gpse-dgl: {_state['reason']}; the torch ops run instead", file=sys.stderr, flush=True)
         return False
 
@@ -194,10 +190,11 @@ def supports_residual_update(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn
     """Whether :func:`residual_update_` takes this update: ``h`` float32 rows with unit column stride that
     do not overlap, ``conv`` of its shape, both on one CUDA device (see :func:`supports`), ``norm`` in eval
     mode with running statistics, rows of at most :data:`MAX_RESIDUAL_DIM`."""
-    return (h.dtype == torch.float32 and conv.dtype in _DTYPES and h.dim() == 2 and conv.shape == h.shape
-            and h.stride(1) == 1 and conv.stride(1) == 1 and h.stride(0) >= h.shape[1] and not norm.training
-            and norm.running_mean is not None and norm.running_var is not None
-            and h.shape[1] <= MAX_RESIDUAL_DIM and _on_capable_gpu((h, conv)) and available())
+    # the device first: on the CPU this runs once per layer and returns at once
+    return (_on_capable_gpu((h, conv)) and h.dtype == torch.float32 and conv.dtype in _DTYPES and h.dim() == 2
+            and conv.shape == h.shape and h.stride(1) == 1 and conv.stride(1) == 1 and h.stride(0) >= h.shape[1]
+            and not norm.training and norm.running_mean is not None and norm.running_var is not None
+            and h.shape[1] <= MAX_RESIDUAL_DIM and available())
 
 
 def residual_update_(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn.BatchNorm1d) -> torch.Tensor | None:
