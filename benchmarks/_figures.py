@@ -39,6 +39,11 @@ def figure_path(name: str, folder=None) -> Path:
     return Path(folder or FIGURES) / name
 
 
+def figure_arg(text: str) -> Path | None:
+    """An argparse ``type`` for ``--figure``: a path, or none for an empty string (``--figure ''``)."""
+    return Path(text) if text else None
+
+
 def _pyplot():
     import matplotlib
 

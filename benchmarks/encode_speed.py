@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 from _common import markdown_table  # noqa: E402
-from _figures import figure_path, speed_bars, speed_rows  # noqa: E402
+from _figures import figure_arg, figure_path, speed_bars, speed_rows  # noqa: E402
 from _precision import (DEFAULT_PRECISIONS, matmul_peak_gflops, parse_precisions, record, records_table,  # noqa: E402
                         sync_device)
 
@@ -324,8 +324,8 @@ def main(argv=None) -> int:
     parser.add_argument("--profile", action="store_true",
                         help="also print the operators our forward pass spends its time in, per precision")
     parser.add_argument("--json", help="also write the results to this file")
-    parser.add_argument("--figure", type=Path, default=figure_path("encode_speed.png"),
-                        help="bar chart of the forward-pass precision records (default: %(default)s)")
+    parser.add_argument("--figure", type=figure_arg, default=figure_path("encode_speed.png"),
+                        help="bar chart of the forward-pass precision records (default: %(default)s; '' for none)")
     args = parser.parse_args(argv)
     if args.quick:
         args.num_graphs, args.large_nodes, args.large_edges = 256, 5_000, 17_500

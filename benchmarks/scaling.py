@@ -73,6 +73,7 @@ def worker(args) -> dict:
     from gpse_dgl.nn.gpse import GPSEForPretraining
     from gpse_dgl.nn.loss import gpse_loss
     from gpse_dgl.train import distributed as data_parallel
+    from gpse_dgl.train.optimizer import build_optimizer
     from gpse_dgl.train.pretraining.data import GraphCollection
     from gpse_dgl.utils import distributed as dist_utils
 
@@ -88,7 +89,7 @@ def worker(args) -> dict:
             "heads": {"dim_in": args.dim, "num_node_targets": 51, "num_graph_targets": 11, "dropout": 0.2,
                       "pooling": "mean"}}).to(device)
         trained = data_parallel.data_parallel(model, ctx, device, sync_batchnorm=True)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-4, foreach=True)
+        optimizer = build_optimizer(model, {"name": "adamw", "lr": 5e-3, "weight_decay": 1e-4})  # as pretrain's
         generator = torch.Generator().manual_seed(0)
         batches = data_parallel.sharded_batches(collection, args.batch_size, generator, ctx)
         features = torch.Generator().manual_seed(1)

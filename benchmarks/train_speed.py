@@ -2,7 +2,8 @@
 """GPSE pretraining throughput: gpse-dgl vs PyTorch Geometric's GPSE, same weights, same batches, same loss.
 
 One training step = forward + loss + backward + AdamW step (lr 5e-3, weight decay 1e-4, as in
-``recipes/molpcba.yaml``) of the paper-size model: 20 ResGatedGCN layers x 512, virtual node, 51 node
+``recipes/molpcba.yaml``; the optimiser of ``gpse-dgl pretrain``, :mod:`gpse_dgl.train.optimizer`, fused on CPU
+and CUDA, on both sides) of the paper-size model: 20 ResGatedGCN layers x 512, virtual node, 51 node
 heads + graph head, dropout 0.2, train mode. Both sides get:
 
 * the same batches of embedded molecules (bare skeletons from
@@ -55,7 +56,7 @@ sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 from _common import (CLOCK_HELP, CLOCKS, command_line, current_rss_mb, load_average,  # noqa: E402
                      machine_line, markdown_table, peak_rss_mb, set_threads_env, today)
-from _figures import figure_path, speed_bars, speed_rows  # noqa: E402
+from _figures import figure_arg, figure_path, speed_bars, speed_rows  # noqa: E402
 from _precision import (DEFAULT_PRECISIONS, label, matmul_peak_gflops, parse_precisions, record,  # noqa: E402
                         sync_device)
 
@@ -79,8 +80,8 @@ def parse_args(argv=None):
     ap.add_argument("--sides", default="ours,pyg", help="comma-separated subset of ours,pyg")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the results to this file")
-    ap.add_argument("--figure", type=Path, default=figure_path("train_speed.png"),
-                    help="bar chart of the training-step throughput per side and precision (default: %(default)s)")
+    ap.add_argument("--figure", type=figure_arg, default=figure_path("train_speed.png"),
+                    help="bar chart of the training-step throughput per side and precision (default: %(default)s; '' for none)")
     ap.add_argument("--precisions", default=DEFAULT_PRECISIONS, help="comma-separated: fp32, bf16, fp16 (CUDA)")
     ap.add_argument("--quick", action="store_true", help="batch 32, 2 timed steps, no warm-up")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
@@ -154,6 +155,7 @@ def run_side(args) -> dict:
     torch.set_num_threads(args.threads)
     from gpse_dgl.nn.gpse import GPSEForPretraining
     from gpse_dgl.nn.loss import gpse_loss
+    from gpse_dgl.train.optimizer import build_optimizer
 
     device = torch.device(args.device)
     clock = _device_clock(CLOCKS[args.clock], device)
@@ -198,7 +200,8 @@ def run_side(args) -> dict:
     with torch.no_grad():
         parity_loss = float(loss_of(batches[0]))
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=5e-3, weight_decay=1e-4)
+    # the optimiser of `gpse-dgl pretrain` (fused AdamW on CPU and CUDA) on both sides
+    optimizer = build_optimizer(model, {"name": "adamw", "lr": 5e-3, "weight_decay": 1e-4})
     memory = _memory_meter(device)
     rss_before = memory()
     seconds, graphs, losses, per_step = 0.0, 0, [], []
@@ -224,22 +227,31 @@ def run_side(args) -> dict:
 
 
 def _parts(model, batches, mixed, clock) -> dict:
-    """Seconds per step of our encoder's products alone, of its edges alone and of its dropouts alone, forward
-    and backward, in the run's precision, measured after the timed steps on the same batches: the four maps
-    of a layer over every row of a batch (with its virtual nodes) and one gated sum over its edges, each
-    times the layers; the dropout of every layer and of the input stage (float32 rows, as under autocast),
-    ours (:mod:`gpse_dgl.nn.dropout`) and torch's ``F.dropout`` on the same rows."""
+    """Seconds per step of our encoder's products alone, of its edges alone and of its residual steps alone,
+    forward and backward, in the run's precision, measured after the timed steps on the same batches: the four
+    maps of a layer over every row of a batch (with its virtual nodes) and one gated sum over its edges, each
+    times the layers; the step ``h + normalize(relu(dropout(z)))`` of every layer and of the input stage (float32
+    rows, as under autocast), ours (:func:`gpse_dgl.nn.residual.normalized_residual`) and the ops it replaces
+    (:func:`gpse_dgl.nn.dropout.dropout` with the same masks, then torch's ``relu``, ``F.normalize`` and sum) on
+    the same rows."""
     import torch
     import torch.nn.functional as F
 
     from gpse_dgl.nn.dropout import dropout
     from gpse_dgl.nn.ops import gated_sum
+    from gpse_dgl.nn.residual import normalized_residual
+
+    def ours(h, z, p):
+        return normalized_residual(h, z, p, training=True)
+
+    def torch_ops(h, z, p):  # the same masks (gpse_dgl.nn.dropout), then the torch ops
+        return h + F.normalize(F.relu(dropout(z, p, True)), p=2.0, dim=1)
 
     encoder = model.encoder
     conv, layers = encoder.convs[0], len(encoder.convs)
     device = conv.weight.device  # rows drawn on the CPU (the same numbers on every device), then moved
     products = edges = 0.0
-    dropouts = {"ours": 0.0, "torch": 0.0}
+    steps = {"ours": 0.0, "torch": 0.0}
     gen = torch.Generator().manual_seed(0)
     for i, (g, *_) in enumerate(batches):
         aug, _ = encoder.prepare(g)
@@ -255,17 +267,17 @@ def _parts(model, batches, mixed, clock) -> dict:
         start = clock()
         gated_sum(aug, k, q, v).sum().backward()
         edges += clock() - start
-        rows = torch.randn(aug.num_nodes(), conv.out_feats, generator=gen).to(device)
-        sides = [("ours", dropout), ("torch", F.dropout)]
-        for side, drop in sides if i % 2 == 0 else sides[::-1]:  # alternating who goes first
-            leaf = rows.clone().requires_grad_()  # a fresh gradient for each side
+        rows = torch.randn(2, aug.num_nodes(), conv.out_feats, generator=gen).to(device)
+        sides = [("ours", ours), ("torch", torch_ops)]
+        for side, step in sides if i % 2 == 0 else sides[::-1]:  # alternating who goes first
+            h, z = rows.clone().requires_grad_()  # fresh gradients for each side
             start = clock()
-            drop(leaf, encoder.dropout.p, True).backward(torch.ones_like(leaf))
-            dropouts[side] += clock() - start
+            step(h, z, encoder.dropout.p).backward(torch.ones_like(h))
+            steps[side] += clock() - start
     per_step = (layers + 1) / len(batches)
     return {"products_s_per_step": products * layers / len(batches), "edges_s_per_step": edges * layers / len(batches),
             "row_bytes_per_edge": 2 * conv.out_feats * torch.empty(0, dtype=dtype).element_size(),
-            "dropout_s_per_step": dropouts["ours"] * per_step, "torch_dropout_s_per_step": dropouts["torch"] * per_step}
+            "residual_s_per_step": steps["ours"] * per_step, "torch_residual_s_per_step": steps["torch"] * per_step}
 
 
 def _device_clock(clock, device):
@@ -311,7 +323,7 @@ def report(args, results, argv, load_start) -> str:
         f"- date: {today()}; load average (1/5/15 min) {load_start} at start, {load_average()} at end",
         f"- clock: {args.clock} ({'process CPU time' if args.clock == 'cpu' else 'elapsed'}), "
         f"torch threads {first['threads']}",
-        f"- model: {model}; train mode; AdamW (lr 5e-3, wd 1e-4); our backend: {args.backend or 'auto'}",
+        f"- model: {model}; train mode; fused AdamW (lr 5e-3, wd 1e-4); our backend: {args.backend or 'auto'}",
         f"- work per step: forward + gpse_dgl.nn.loss.gpse_loss (both sides) + backward + optimizer step; "
         f"batch {args.batch_size} embedded molecules (~{first['nodes_per_batch']:.0f} nodes), "
         f"{args.steps} timed steps after {args.warmup} warm-up"
@@ -323,10 +335,10 @@ def report(args, results, argv, load_start) -> str:
     for key, r in results.items():
         parts = (f"{r['products_s_per_step']:.3f} / {r['edges_s_per_step']:.3f} ({r['row_bytes_per_edge']:,} B)"
                  if "products_s_per_step" in r else "")
-        dropouts = (f"{r['dropout_s_per_step']:.3f} / {r['torch_dropout_s_per_step']:.3f}"
-                    if "dropout_s_per_step" in r else "")
+        residual = (f"{r['residual_s_per_step']:.3f} / {r['torch_residual_s_per_step']:.3f}"
+                    if "residual_s_per_step" in r else "")
         rows.append([f"{LABELS[r['side']]}, {key.split(' ', 1)[1]}", f"{r['graphs_per_s']:,.1f}", f"{r['s_per_step']:.3f}",
-                     parts, dropouts, f"{r['peak_rss_mb']:,.0f}",
+                     parts, residual, f"{r['peak_rss_mb']:,.0f}",
                      f"{r['peak_rss_mb'] - r['rss_before_training_mb']:,.0f}",
                      f"{r['eval_loss_batch0']:.6f}", f"{r['first_loss']:.4f} -> {r['last_loss']:.4f}"])
     if "ours fp32" in results and "PyG fp32" in results:
@@ -336,7 +348,7 @@ def report(args, results, argv, load_start) -> str:
                      "", f"diff {abs(o['eval_loss_batch0'] - p['eval_loss_batch0']):.1e}", ""])
     memory = "GPU memory" if args.device.startswith("cuda") else "RSS"
     lines.append(markdown_table(["", "graphs/s", "s/step", "products alone / edges alone, s/step (source-row bytes "
-                                 "per edge)", "dropouts alone, ours / torch's, s/step", f"peak {memory} (MiB)",
+                                 "per edge)", "residual steps alone, fused / unfused, s/step", f"peak {memory} (MiB)",
                                  f"{memory} growth in training (MiB)",
                                  "eval loss, batch 0", "train loss first -> last"], rows))
     return "\n".join(lines)

@@ -25,3 +25,20 @@ def gated_path(request, monkeypatch):
     else:
         monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
     return request.param
+
+
+@pytest.fixture
+def compiled():
+    """The compiled CPU kernels of ``gpse_dgl.nn.native`` (the test is skipped where they cannot be built)."""
+    from gpse_dgl.nn import native
+
+    if native.kernel() is None:
+        pytest.skip(native.describe())
+
+
+@pytest.fixture
+def no_kernel(monkeypatch):
+    """The compiled CPU kernels turned off: every caller takes its torch path."""
+    from gpse_dgl.nn import native
+
+    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})

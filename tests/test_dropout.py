@@ -8,17 +8,6 @@ from gpse_dgl.nn import native
 from gpse_dgl.nn.dropout import Dropout, dropout
 
 
-@pytest.fixture
-def compiled():
-    if native.kernel() is None:
-        pytest.skip(native.describe())
-
-
-@pytest.fixture
-def no_kernel(monkeypatch):
-    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
-
-
 MASK64 = (1 << 64) - 1
 
 

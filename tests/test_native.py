@@ -257,7 +257,8 @@ def test_info_and_run_records_name_the_path(capsys, monkeypatch):
     monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
     code, out, _ = run_cli(["info"], capsys)
     assert code == 0
-    assert "CPU kernels (gated sum, dropout): torch ops: the compiled kernels are not available (turned off" in out
+    assert ("CPU kernels (gated sum, dropout, residual step): torch ops: the compiled kernels are not available "
+            "(turned off") in out
     record = run_environment(Context(), "cpu", "fp32", None)
     assert record["gated_sum"] == native.describe()
 

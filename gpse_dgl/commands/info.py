@@ -74,7 +74,7 @@ def command():
         if kind == "cpu":
             from ..nn import native
 
-            click.echo(f"           CPU kernels (gated sum, dropout): {native.describe()}")
+            click.echo(f"           CPU kernels (gated sum, dropout, residual step): {native.describe()}")
         elif kind == "cuda":
             from ..nn import gpu_kernels  # imports Triton where it is: only when a GPU is listed
 

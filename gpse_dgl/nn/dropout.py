@@ -33,7 +33,13 @@ from torch import nn
 
 from . import native
 
-__all__ = ["Dropout", "dropout"]
+__all__ = ["Dropout", "draw_seed", "dropout"]
+
+
+def draw_seed() -> int:
+    """A mask's 64-bit seed, from torch's CPU generator: ``torch.manual_seed`` and saved generator states
+    govern it as they govern torch's dropout."""
+    return int(torch.empty((), dtype=torch.int64, device="cpu").random_())
 
 
 def dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
@@ -45,10 +51,8 @@ def dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: boo
     if not (p < 1.0 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
             and native.kernel() is not None):
         return F.dropout(x, p, training, inplace)
-    # the seed from torch's CPU generator, so that manual_seed and saved generator states govern the mask
-    seed = int(torch.empty((), dtype=torch.int64, device="cpu").random_())
     noise = torch.empty(x.shape, dtype=x.dtype, device="cpu")
-    native.kernel().dropout_noise(seed, float(p), noise)
+    native.kernel().dropout_noise(draw_seed(), float(p), noise)
     return x.mul_(noise) if inplace else x * noise
 
 

@@ -36,6 +36,7 @@ from .dropout import Dropout
 from .gated_conv import ResGatedConv, product_dtype
 from .heads import GPSE_POOLINGS, GPSEHeads
 from .random_features import random_node_features
+from .residual import normalized_residual, normalized_residual_
 from .virtual_node import VirtualNodeInfo, add_virtual_nodes, no_virtual_nodes, pool
 
 __all__ = ["GPSE", "GPSEForPretraining"]
@@ -218,8 +219,7 @@ class GPSE(nn.Module):
     def input_stage(self, x: torch.Tensor) -> torch.Tensor:
         r""":math:`h^{(0)}` of rows ``x`` (``(n, dim_in)``, zeros for virtual nodes): float32 under autocast."""
         h = to_accumulation(self.pre_linear(x))  # float32 BatchNorm and residual stream under autocast
-        h = self.dropout(self.pre_norm(h))
-        return F.normalize(F.relu(h), p=2.0, dim=1)
+        return normalized_residual(None, self.pre_norm(h), self.dropout.p, self.dropout.training)
 
     def residual_update(self, layer: int, h: torch.Tensor, conv_out: torch.Tensor) -> torch.Tensor:
         r""":math:`h + \mathrm{normalize}(\mathrm{ReLU}(\mathrm{Dropout}(\mathrm{BN}_l(c))))` for the output
@@ -231,15 +231,13 @@ class GPSE(nn.Module):
         """
         norm = self.norms[layer]
         if _wants_grad(self, h, conv_out):
-            y = F.relu(self.dropout(norm(conv_out)))
-            return h + F.normalize(y, p=2.0, dim=1)
+            return normalized_residual(h, norm(conv_out), self.dropout.p, self.dropout.training)
         dropout_off = not self.dropout.training or self.dropout.p == 0
         if dropout_off and gpu_kernels.supports_residual_update(h, conv_out, norm):
             updated = gpu_kernels.residual_update_(h, conv_out, norm)  # one kernel on CUDA
             if updated is not None:  # None: the kernel could not run, h is unchanged
                 return updated
-        y = self.dropout(_batch_norm_(conv_out, norm)).relu_()
-        return h.addcdiv_(y, torch.linalg.vector_norm(y, dim=1, keepdim=True).clamp_min_(1e-12))
+        return normalized_residual_(h, _batch_norm_(conv_out, norm), self.dropout.p, self.dropout.training)
 
     def output_stage(self, h: torch.Tensor) -> torch.Tensor:
         """The final row normalisation (in place on ``h`` without autograd)."""

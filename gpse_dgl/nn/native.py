@@ -1,4 +1,4 @@
-"""The compiled CPU kernels: the fused gated aggregation and dropout noise, built on first use.
+"""The compiled CPU kernels: the fused gated aggregation, dropout noise and the residual step, built on first use.
 
 :func:`gpse_dgl.nn.ops.gated_sum` computes ``out[v] = sum_{e = (u, v)} sigmoid(k[v] + q[u]) * val[u]``.
 With plain torch ops every edge's gate and message is a row of an ``(E, d)`` tensor that is written and
@@ -11,14 +11,16 @@ The gate is computed as ``1 / (1 + exp(-k[v]) exp(-q[u]))`` from factors compute
 flagged and their edges take ``sigmoid(k + q)`` itself (``csrc/gated_sum.cpp``).
 
 ``csrc/dropout.cpp`` draws dropout masks from a counter-based generator, thread-parallel and vectorised
-(:mod:`gpse_dgl.nn.dropout`; torch's CPU dropout draws them one element at a time).
+(:mod:`gpse_dgl.nn.dropout`; torch's CPU dropout draws them one element at a time). ``csrc/residual.cpp``
+runs the encoder's residual step ``h + normalize(relu(dropout(z)))`` in one pass per row, forward and
+backward (:mod:`gpse_dgl.nn.residual`).
 
 The kernels are compiled with the machine's C++ compiler the first time they are needed (about a minute,
 once per machine, source and torch version, announced by one line on stderr); the build is kept under
 ``$TORCH_EXTENSIONS_DIR/gpse_dgl`` (default ``~/.cache/torch_extensions/gpse_dgl``).
 Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None: ``gated_sum``
-takes its torch path and dropout is torch's; :func:`describe` says which path runs and why (``gpse-dgl
-info`` prints it, run records store it).
+takes its torch path, dropout is torch's and the residual step runs torch ops; :func:`describe` says which
+path runs and why (``gpse-dgl info`` prints it, run records store it).
 
 Example
 -------
@@ -47,8 +49,8 @@ __all__ = ["GatedCSR", "accumulates_in_place", "describe", "factors", "kernel", 
 
 _CSRC = Path(__file__).parent / "csrc"
 #: The extension's sources (one module; ``native.h`` declares what ``bindings.cpp`` binds).
-SOURCES = [_CSRC / "bindings.cpp", _CSRC / "gated_sum.cpp", _CSRC / "dropout.cpp"]
-_HEADERS = [_CSRC / "native.h"]
+SOURCES = [_CSRC / "bindings.cpp", _CSRC / "gated_sum.cpp", _CSRC / "dropout.cpp", _CSRC / "residual.cpp"]
+_HEADERS = [_CSRC / "native.h", _CSRC / "splitmix64.h"]
 #: Compiler flags: the machine's own vector instructions (the build is per machine), and fast math so
 #: that the edge loop vectorises (min/max without NaN cases, reassociated arithmetic); the kernel's exp is
 #: its own polynomial, accurate to float32's rounding, so results stay within the fp32 contract.

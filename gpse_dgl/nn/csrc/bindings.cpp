@@ -9,4 +9,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("grad_key", &gated_sum_grad_key, "gated sum, gradient of the destination gate");
   m.def("grad_source", &gated_sum_grad_source, "gated sum, gradients of the source gate and value");
   m.def("dropout_noise", &dropout_noise, "dropout noise: 0 or 1 / (1 - p) per element, a function of (seed, index)");
+  m.def("residual_forward", &residual_forward, "out = h + normalize(relu(dropout(z))) row by row");
+  m.def("residual_backward", &residual_backward, "gradient of z through the residual step");
 }

@@ -17,17 +17,11 @@
 #include <cstring>
 
 #include "native.h"
+#include "splitmix64.h"
 
 namespace {
 
-constexpr uint64_t kGolden = 0x9E3779B97F4A7C15ull;  // SplitMix64's increment
-
-inline uint64_t splitmix64(uint64_t seed, uint64_t i) {
-  uint64_t z = seed + (i + 1) * kGolden;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
+using gpse_native::splitmix64;
 
 constexpr int64_t kGrain = 1 << 16;  // elements per task
 
@@ -58,9 +52,8 @@ void dropout_noise(int64_t seed, double p, at::Tensor out) {
                   (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
               "out must be a contiguous float32 or bfloat16 CPU tensor");
   TORCH_CHECK(p >= 0.0 && p < 1.0, "p must be in [0, 1)");
-  // p * 2^64 as an integer threshold (below 2^64 for p < 1): an element is kept with probability 1 - p
-  const uint64_t threshold = static_cast<uint64_t>(std::ldexp(p, 64));
-  const float scale = 1.0f / static_cast<float>(1.0 - p);  // as torch's dropout scales: noise / float(1 - p)
+  const uint64_t threshold = gpse_native::keep_threshold(p);  // kept with probability 1 - p
+  const float scale = gpse_native::keep_scale(p);
   const uint64_t key = static_cast<uint64_t>(seed);
   if (out.scalar_type() == at::kFloat) {
     uint32_t bits;

@@ -15,3 +15,8 @@ void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at
 
 // dropout.cpp: dropout noise from a counter-based generator
 void dropout_noise(int64_t seed, double p, at::Tensor out);
+
+// residual.cpp: the encoder's residual step h + normalize(relu(dropout(z))) and its gradient
+void residual_forward(at::Tensor z, at::Tensor h, int64_t seed, double p, double eps, at::Tensor y, at::Tensor norm,
+                      at::Tensor out);
+void residual_backward(at::Tensor y, at::Tensor norm, at::Tensor grad_out, double p, double eps, at::Tensor grad_z);

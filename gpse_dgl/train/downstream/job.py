@@ -19,13 +19,14 @@ from ...recipes import dump_recipe
 from ...utils import distributed as dist_utils
 from ...utils.io import atomic_write_text
 from ...utils.precision import select_precision
+from ..optimizer import build_optimizer
 from ..rundir import RunDirectory
 from ..runtime import derive_seed, resolve_device, run_environment, torch_threads, tqdm_write, write_json
 from ..schedule import LRSchedule
 from .checkpoints import check_job_directory, restore_run
 from .data import Prepared, describe, prepare_data
 from .evaluation import SPLITS, result_line, summarize
-from .loop import Trainer, build_optimizer
+from .loop import Trainer
 from .models import build_downstream_model, check_sampling
 from .runs import RunPlan, RunState, plan_runs, run_result, run_seeds
 

@@ -339,11 +339,6 @@ def _better(value, best, higher: bool) -> bool:
     return value > best if higher else value < best
 
 
-def build_optimizer(model, recipe: dict) -> torch.optim.Optimizer:
-    cls = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[recipe["name"]]
-    return cls(model.parameters(), lr=recipe["lr"], weight_decay=recipe["weight_decay"])
-
-
 def _postfix(record: dict, spec: TaskSpec) -> str:
     text = f"loss {record['train']['loss']:.4f}"
     if "val" in record:

@@ -20,6 +20,7 @@ import torch
 
 from ...nn.gpse import GPSEForPretraining
 from ...nn.random_features import random_node_features
+from ..optimizer import build_optimizer  # re-exported: pretraining's API names it
 from .data import PretrainingData
 
 __all__ = ["model_config_from_recipe", "build_model", "build_optimizer", "num_parameters",
@@ -45,15 +46,6 @@ def model_config_from_recipe(model_recipe: dict, data: PretrainingData) -> dict:
 def build_model(model_config: dict, backend: str | None = None) -> torch.nn.Module:
     """``GPSEForPretraining`` from a :func:`model_config_from_recipe` config."""
     return GPSEForPretraining.from_config(model_config, backend=backend)
-
-
-def build_optimizer(model: torch.nn.Module, optimizer_recipe: dict) -> torch.optim.Optimizer:
-    """AdamW or Adam as ``general_pipeline.optimizer`` says."""
-    optimizer_class = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam}[optimizer_recipe["name"]]
-    # foreach: one multi-tensor kernel per update step instead of a Python loop over the ~100 parameter
-    # tensors (torch only picks it by itself on CUDA), which pays on a CPU as well
-    return optimizer_class(model.parameters(), lr=optimizer_recipe["lr"],
-                           weight_decay=optimizer_recipe["weight_decay"], foreach=True)
 
 
 def num_parameters(model: torch.nn.Module) -> int:
