@@ -57,3 +57,22 @@ def test_a_step_is_seen_by_the_models_caches():
         conv.__dict__.pop("_bias_cast", None)
     with torch.no_grad():
         assert torch.equal(encoder(g, x), fresh(g, x))
+
+
+def test_an_older_checkpoint_resumes_with_the_fused_update():
+    """torch restores each group's flags as saved: a state written by a foreach optimiser (what runs saved before
+    the fused update) must not turn the fused update, and its version counting, off."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    older = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=1e-4, foreach=True)
+    model(torch.randn(5, 4)).sum().backward()
+    older.step()
+    optimizer = build_optimizer(model, RECIPE)
+    optimizer.load_state_dict(older.state_dict())
+    assert all(group["fused"] is True and not group["foreach"] for group in optimizer.param_groups)
+    assert all(state["step"].dtype == torch.float32 and float(state["step"]) == 1.0
+               for state in optimizer.state.values())
+    versions = [p._version for p in model.parameters()]
+    optimizer.step()
+    assert all(p._version > v for p, v in zip(model.parameters(), versions))
+    assert all(float(state["step"]) == 2.0 for state in optimizer.state.values())

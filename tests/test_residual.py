@@ -152,3 +152,56 @@ def test_encoder_training_runs_the_fused_step(compiled):
         count += "NormalizedResidual" in type(fn).__name__
         stack.extend(next_fn for next_fn, _ in fn.next_functions)
     assert count == 1 + encoder.num_layers
+
+
+def test_a_nan_row_stays_nan(compiled):
+    """A NaN in a row of z makes that row NaN, forward and backward, as through the torch ops (the kernel is
+    built with -ffast-math, so it finds NaN by its bits), and leaves the other rows alone."""
+    h, z = rows(8, 16)
+    z[2, 5] = float("nan")
+    z = z.requires_grad_()
+    ours = normalized_residual(h, z)
+    ref = torch_ops(h, z, 0.0, False)
+    assert torch.isnan(ours[2]).all() and torch.isnan(ref[2]).all()
+    keep = torch.arange(8) != 2
+    torch.testing.assert_close(ours[keep], ref[keep], rtol=1e-6, atol=1e-6)
+    (grad,) = torch.autograd.grad(ours, z, torch.ones_like(ours))
+    assert torch.isnan(grad[2]).all() and not torch.isnan(grad[keep]).any()
+    state = h.clone()
+    normalized_residual_(state, z.detach().clone())
+    assert torch.isnan(state[2]).all() and torch.equal(state[keep], ours[keep].detach())
+
+
+def test_gradient_of_h_alone(compiled):
+    h, z = rows()
+    h.requires_grad_()
+    out = normalized_residual(h, z)
+    grad = torch.randn(out.shape)
+    (got,) = torch.autograd.grad(out, h, grad)
+    assert torch.equal(got, grad)
+
+
+def test_overlapping_rows_take_the_torch_ops(compiled):
+    """An expanded tensor's rows share memory: the kernel would refuse it, so the torch ops run."""
+    z = torch.randn(1, 8).expand(5, 8)
+    out = normalized_residual(torch.zeros(5, 8), z)
+    torch.testing.assert_close(out, torch_ops(torch.zeros(5, 8), z, 0.0, False))
+
+
+def test_in_place_counts_as_an_in_place_op(compiled):
+    """Autograd sees the write (a tensor saved for backward and then overwritten raises, as after addcdiv_)."""
+    x = torch.randn(4, 8, requires_grad=True)
+    h = x.exp()  # exp saves its output for backward
+    before = h._version
+    normalized_residual_(h.detach(), torch.randn(4, 8))
+    assert h._version > before
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        h.sum().backward()
+
+
+def test_no_double_backward(compiled):
+    h, z = rows(8, 8)
+    z.requires_grad_()
+    (grad,) = torch.autograd.grad(normalized_residual(h, z).square().sum(), z, create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|differentiable"):
+        grad.sum().backward()

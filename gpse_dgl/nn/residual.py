@@ -14,8 +14,9 @@ result's gradient once and writes ``z``'s once.
 
 The dropout mask is :mod:`gpse_dgl.nn.dropout`'s for a seed drawn from torch's generator in the same way,
 so the fused step drops the same elements as ``dropout`` followed by the torch ops; the results differ
-from theirs only by the order in which a row's squares are summed. Elsewhere (CUDA, other dtypes, no
-compiler) the torch ops run.
+from theirs only by the order in which a row's squares are summed and the rounding of the division, and a
+row of ``z`` holding a NaN is NaN in the result, as there. Elsewhere (CUDA, other dtypes, rows that
+overlap, no compiler) the torch ops run.
 
 Example
 -------
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+from torch.autograd.graph import increment_version
 
 from . import native
 from .dropout import draw_seed, dropout
@@ -41,8 +44,11 @@ EPS = 1e-12
 
 
 def _fused(*tensors: torch.Tensor) -> bool:
+    """Whether the kernel takes these rows: float32 on the CPU, 2-D, unit column stride, rows that do not overlap
+    (an expanded tensor's do), and the kernels built."""
     return (all(t.device.type == "cpu" and t.dtype == torch.float32 and t.dim() == 2 and t.stride(-1) == 1
-                for t in tensors) and native.kernel() is not None)
+                and (t.shape[0] <= 1 or t.stride(0) >= t.shape[1]) for t in tensors)
+            and native.kernel() is not None)
 
 
 def _drop(p: float, training: bool) -> float:
@@ -74,8 +80,9 @@ def normalized_residual(h: torch.Tensor | None, z: torch.Tensor, p: float = 0.0,
 def normalized_residual_(h: torch.Tensor, z: torch.Tensor, p: float = 0.0, training: bool = False) -> torch.Tensor:
     """:func:`normalized_residual` in place on ``h`` without autograd; ``z`` may be overwritten. Returns ``h``."""
     p = _drop(p, training)
-    if p < 1.0 and _fused(h, z) and h.shape == z.shape and h.stride(0) >= h.shape[1]:
+    if p < 1.0 and _fused(h, z) and h.shape == z.shape:
         native.kernel().residual_forward(z, h, draw_seed() if p > 0.0 else 0, p, EPS, _EMPTY, _EMPTY, h)
+        increment_version(h)  # written through its pointer: counted as an in-place op counts it
         return h
     y = dropout(z, p, p > 0.0, inplace=True).relu_()
     return h.addcdiv_(y, torch.linalg.vector_norm(y, dim=1, keepdim=True).clamp_min_(EPS))
@@ -92,8 +99,9 @@ class _NormalizedResidual(torch.autograd.Function):
     @staticmethod
     def forward(ctx, h, z, seed, p):
         n, d = z.shape
-        y = torch.empty((n, d), dtype=torch.float32)
-        norm = torch.empty(n, dtype=torch.float32)
+        keep = ctx.needs_input_grad[1]  # y and the row norms only where z's gradient is wanted
+        y = torch.empty((n, d), dtype=torch.float32) if keep else _EMPTY
+        norm = torch.empty(n, dtype=torch.float32) if keep else _EMPTY
         out = torch.empty((n, d), dtype=torch.float32)
         native.kernel().residual_forward(z, _or_empty(h), seed, p, EPS, y, norm, out)
         ctx.p = p
@@ -101,6 +109,7 @@ class _NormalizedResidual(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         y, norm = ctx.saved_tensors
         grad_out = grad_out.to(torch.float32).contiguous()

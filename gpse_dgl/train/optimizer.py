@@ -8,7 +8,9 @@ fused kernels exist for CPU and CUDA parameters; on other devices the update run
 
 torch's fused step writes the parameters without counting the write in their version counters (torch
 2.13, CPU), which every in-place op does; the models key caches on those counters (the cast weights of
-:class:`~gpse_dgl.nn.gated_conv.ResGatedConv`), so after each fused step the counters are advanced here.
+:class:`~gpse_dgl.nn.gated_conv.ResGatedConv`), so after each fused step the counters are advanced here. A
+checkpoint's optimiser state written with another update (before the fused one, or on another device) loads
+into the update chosen here.
 
 Example
 -------
@@ -20,6 +22,7 @@ Example
 """
 from __future__ import annotations
 
+import functools
 from typing import Mapping
 
 import torch
@@ -37,11 +40,25 @@ def build_optimizer(model: torch.nn.Module, recipe: Mapping) -> torch.optim.Opti
     ``weight_decay``; fused where every parameter is on a CPU or a CUDA device (call it after ``.to(device)``)."""
     parameters = list(model.parameters())
     fused = bool(parameters) and all(p.device.type in FUSED_DEVICES for p in parameters)
+    update = {"fused": True, "foreach": None} if fused else {"fused": None, "foreach": True}
     optimizer = OPTIMIZERS[recipe["name"]](parameters, lr=recipe["lr"], weight_decay=recipe["weight_decay"],
-                                           **({"fused": True} if fused else {"foreach": True}))
+                                           **{key: value for key, value in update.items() if value})
     if fused:
         optimizer.register_step_post_hook(_count_the_writes)
+    optimizer.register_load_state_dict_post_hook(functools.partial(_keep_the_update, update=update))
     return optimizer
+
+
+def _keep_the_update(optimizer: torch.optim.Optimizer, update: dict) -> None:
+    """After ``load_state_dict``: the update chosen here, not the one saved. torch restores each parameter group's
+    flags as saved, so a checkpoint written before the fused update (or on another device) would otherwise bring
+    its own back; the fused update keeps its step counts as float32 tensors on the parameters' device."""
+    for group in optimizer.param_groups:
+        group.update(update)
+    if update["fused"]:
+        for parameter, state in optimizer.state.items():
+            if "step" in state:
+                state["step"] = torch.as_tensor(state["step"], dtype=torch.float32).to(parameter.device)
 
 
 def _count_the_writes(optimizer: torch.optim.Optimizer, args, kwargs) -> None:

@@ -10,13 +10,15 @@
 //
 // Backward, per row with n = ||y||, c = max(n, eps):
 //   grad_y = grad_out / c - [n > eps] (y . grad_out) / (n c^2) y,   grad_z = grad_y * scale * [y > 0]
-// (y > 0 only where the element was kept, and a kept element was multiplied by scale).
+// (y > 0 only where the element was kept, and a kept element was multiplied by scale). A row of z with a NaN
+// gives a NaN row forward and backward, as the torch ops do.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "native.h"
@@ -32,6 +34,35 @@ struct Dropping {
   uint64_t threshold;  // kept where splitmix64(seed, index) >= threshold
   float scale;         // 1 / (1 - p)
 };
+
+// NaN is written as a bit pattern and found by its bits: the build's -ffast-math lets the compiler assume that
+// no float is NaN, so float comparisons and fmax may drop one, but integer operations on the bits cannot.
+constexpr uint32_t kNaNBits = 0x7fc00000u;
+
+inline bool is_nan_bits(uint32_t bits) { return (bits & 0x7fffffffu) > 0x7f800000u; }
+
+inline bool is_nan(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof(bits));
+  return is_nan_bits(bits);
+}
+
+inline void fill_nan(float* row, int64_t d) {
+  const uint32_t* bits = &kNaNBits;
+  for (int64_t j = 0; j < d; ++j) std::memcpy(row + j, bits, sizeof(float));
+}
+
+// Whether a row holds a NaN (torch's ops would carry it into the whole row through the norm).
+__attribute__((noinline)) bool has_nan(const float* z, int64_t d) {
+  uint32_t seen = 0;
+#pragma omp simd reduction(| : seen)
+  for (int64_t j = 0; j < d; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, z + j, sizeof(bits));
+    seen |= static_cast<uint32_t>(is_nan_bits(bits));
+  }
+  return seen != 0;
+}
 
 // y = relu(dropout(z)) over one row whose first element has index `first` in the (n, d) layout; returns the
 // row's sum of squares. Not inlined into a task's lambda, so that no captured value is reloaded per element.
@@ -69,6 +100,10 @@ __attribute__((noinline)) void add_normalized(const float* h, const float* y, fl
 
 __attribute__((noinline)) void backward_row(const float* y, const float* g, float norm, float eps, float scale,
                                             float* grad_z, int64_t d) {
+  if (is_nan(norm)) {  // the forward's row was NaN: so is its gradient
+    fill_nan(grad_z, d);
+    return;
+  }
   const float c = std::fmax(norm, eps);
   float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
@@ -122,7 +157,16 @@ void residual_forward(at::Tensor z, at::Tensor h, int64_t seed, double p, double
     std::vector<float> buffer(keep ? 0 : d);
     for (int64_t i = begin; i < end; ++i) {
       float* yi = keep ? y_data + i * d : buffer.data();
-      const float row_norm = std::sqrt(dropped_relu(z_data + i * zs, drop, static_cast<uint64_t>(i * d), yi, d));
+      const float* zi = z_data + i * zs;
+      if (has_nan(zi, d)) {  // out, y and the norm all NaN, as the torch ops give
+        fill_nan(out_data + i * os, d);
+        if (keep) {
+          fill_nan(yi, d);
+          fill_nan(norm_data + i, 1);
+        }
+        continue;
+      }
+      const float row_norm = std::sqrt(dropped_relu(zi, drop, static_cast<uint64_t>(i * d), yi, d));
       if (keep) norm_data[i] = row_norm;
       add_normalized(residual ? h_data + i * hs : nullptr, yi, std::fmax(row_norm, epsilon), out_data + i * os, d);
     }
