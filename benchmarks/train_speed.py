@@ -81,7 +81,8 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", help="also write the results to this file")
     ap.add_argument("--figure", type=figure_arg, default=figure_path("train_speed.png"),
-                    help="bar chart of the training-step throughput per side and precision (default: %(default)s; '' for none)")
+                    help="bar chart of the training-step throughput per side and precision "
+                         "(default: %(default)s; '' for none)")
     ap.add_argument("--precisions", default=DEFAULT_PRECISIONS, help="comma-separated: fp32, bf16, fp16 (CUDA)")
     ap.add_argument("--quick", action="store_true", help="batch 32, 2 timed steps, no warm-up")
     ap.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
