@@ -11,7 +11,10 @@ What is checked, each against a reference computed here:
 * ``gpse-dgl pretrain`` on the device in fp32, bf16 and fp16 (gradient scaler), and a run interrupted after
   one epoch and resumed against an uninterrupted one;
 * the six explicit PSEs and the pretraining targets with their dense algebra on the device against the CPU;
-* one short downstream run (CSL, GPSE features) on the device.
+* one short downstream run (CSL, GPSE features) on the device;
+* the encoder's residual step on the device (torch ops) against the CPU's (the compiled kernel where built),
+  and the training runs' fused optimiser on the device: its update, the weight caches it must invalidate, and
+  a state saved on the CPU resumed on the device.
 
 Run on a machine with a GPU (a CPU-only DGL is fine: message passing then takes the torch backend on
 CUDA while the graphs stay on the CPU)::
@@ -40,8 +43,11 @@ from _pse_graphs import GRAPH_PSES, assert_lap_pe_equivalent, random_graphs, sym
 from gpse_dgl.data.molecules import load_embedded_molecules
 from gpse_dgl.encode import encode, load_gpse
 from gpse_dgl.nn import ops
+from gpse_dgl.nn.gpse import GPSE
+from gpse_dgl.nn.residual import normalized_residual, normalized_residual_
 from gpse_dgl.pse import ALL_PSES, NODE_TARGET_KEY, compute_pse_tensors, pretraining_targets
 from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
+from gpse_dgl.train.optimizer import build_optimizer
 from gpse_dgl.train.pretraining import pretrain
 from gpse_dgl.utils.checkpoint import load_pretrain_checkpoint
 
@@ -451,3 +457,69 @@ def test_downstream_epoch_on_device(model_name, precision, device, tmp_path, cap
     losses = [last["history"][-1][split]["loss"] for split in ("train", "val", "test")]
     assert all(math.isfinite(v) for v in losses), losses
     assert all(bool(torch.isfinite(t).all()) for t in last["model_state"].values() if t.is_floating_point())
+
+
+# ------------------------------------------------------------------------------ residual step, optimiser
+@pytest.mark.parametrize("with_h", [True, False])
+def test_residual_step_on_device_matches_cpu(with_h, device):
+    generator = torch.Generator().manual_seed(0)
+    z = torch.randn(300, 64, generator=generator) * 3
+    z[:5] = -z[:5].abs()  # rows that ReLU empties: their norm is floored, their update zero
+    h = torch.randn(300, 64, generator=generator) if with_h else None
+    grad_out = torch.randn(300, 64, generator=generator)
+    results = {}
+    for where in ("cpu", device):
+        zz = z.to(where, copy=True).requires_grad_()  # leaves of their own on either side
+        hh = None if h is None else h.to(where, copy=True).requires_grad_()
+        out = normalized_residual(hh, zz, p=0.0, training=True)
+        out.backward(grad_out.to(where))
+        results[where] = [out, zz.grad] + ([] if hh is None else [hh.grad])
+        if hh is not None:  # the in-place update without autograd
+            with torch.no_grad():
+                results[where].append(normalized_residual_(h.to(where).clone(), z.to(where).clone()))
+    for got, expected in zip(results[device], results["cpu"]):
+        assert got.device.type == torch.device(device).type
+        torch.testing.assert_close(got.cpu(), expected, atol=1e-6, rtol=1e-5)
+
+
+def test_fused_optimizer_on_device(device):
+    """The fused AdamW kernel on the device: same steps as ``foreach``, the weight caches see each step, and a
+    state saved on the CPU (with the foreach update of older runs) resumes on the device."""
+    torch.manual_seed(0)
+    graph = dgl.graph(([0, 1, 2, 3], [1, 2, 3, 0]))
+    x = torch.randn(4, 8, device=device)
+    target = torch.randn(4, 16, device=device)  # rows of the output are unit vectors: their squares sum to 4
+    recipe = {"name": "adamw", "lr": 1e-2, "weight_decay": 1e-4}
+    encoder = GPSE(dim_in=8, dim_hidden=16, num_layers=2).to(device)
+    twin = GPSE(dim_in=8, dim_hidden=16, num_layers=2).to(device)
+    twin.load_state_dict(encoder.state_dict())
+    ours = build_optimizer(encoder, recipe)
+    assert ours.defaults["fused"] is True
+    reference = torch.optim.AdamW(twin.parameters(), lr=1e-2, weight_decay=1e-4, foreach=True)
+    for model in (encoder, twin):
+        model.eval()
+        with torch.no_grad():
+            model(graph, x, seed=0)  # fills the cast-weight caches
+    for step in range(3):
+        for model, optimizer in ((encoder, ours), (twin, reference)):
+            torch.manual_seed(step)  # the same dropout masks on both
+            model.train()
+            optimizer.zero_grad()
+            (model(graph, x, seed=0) * target).sum().backward()
+            optimizer.step()
+    for a, b in zip(encoder.parameters(), twin.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    encoder.eval(), twin.eval()
+    with torch.no_grad():  # twin's foreach step advances the counters itself: both forwards use fresh weights
+        torch.testing.assert_close(encoder(graph, x, seed=0), twin(graph, x, seed=0), atol=1e-5, rtol=1e-4)
+    cpu_model = GPSE(dim_in=8, dim_hidden=16, num_layers=2)
+    older = torch.optim.AdamW(cpu_model.parameters(), lr=1e-2, weight_decay=1e-4, foreach=True)
+    (cpu_model(graph, x.cpu(), seed=0) * target.cpu()).sum().backward()
+    older.step()
+    resumed = build_optimizer(cpu_model.to(device), recipe)
+    resumed.load_state_dict(older.state_dict())
+    assert all(group["fused"] is True for group in resumed.param_groups)
+    assert all(state["step"].device.type == torch.device(device).type for state in resumed.state.values())
+    (cpu_model(graph, x, seed=0) * target).sum().backward()
+    resumed.step()
+    assert all(float(state["step"]) == 2.0 for state in resumed.state.values())

@@ -125,7 +125,7 @@ def test_bad_probability():
 def test_kernel_checks_its_arguments(compiled):
     kernel, empty = native.kernel(), torch.empty(0)
     z = torch.randn(4, 8)
-    with pytest.raises(RuntimeError, match="out must be float32"):
+    with pytest.raises(RuntimeError, match=r"^out must be float32 \(4, 8\) rows"):
         kernel.residual_forward(z, empty, 0, 0.0, EPS, empty, empty, torch.empty(4, 8, dtype=torch.float64))
     with pytest.raises(RuntimeError, match="h must be float32"):
         kernel.residual_forward(z, torch.randn(3, 8), 0, 0.0, EPS, empty, empty, torch.empty(4, 8))

@@ -262,9 +262,10 @@ void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, 
 }
 
 void check_rows(const at::Tensor& t, const char* name, int64_t d) {
-  TORCH_CHECK(t.dim() == 2 && t.size(1) == d && t.stride(1) == 1, name,
-              " must be 2-D with contiguous rows of width ", d);
-  TORCH_CHECK(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16, name, " must be float32 or bfloat16");
+  gpse_native::check(t.dim() == 2 && t.size(1) == d && t.stride(1) == 1,
+                     "%s must be 2-D with contiguous rows of width %lld", name, static_cast<long long>(d));
+  gpse_native::check(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16,
+                     "%s must be float32 or bfloat16", name);
 }
 
 void check_csr(const at::Tensor& indptr, const at::Tensor& index, int64_t n) {
@@ -288,14 +289,15 @@ void check_factors(const at::Tensor& factor, const at::Tensor& flag, const at::T
 }
 
 void check_float(const at::Tensor& t, const char* name) {
-  TORCH_CHECK(t.is_contiguous() && t.scalar_type() == at::kFloat, name, " must be contiguous float32");
+  gpse_native::check(t.is_contiguous() && t.scalar_type() == at::kFloat, "%s must be contiguous float32", name);
 }
 
 // A gradient the kernels write whole: contiguous, `rows` rows, the width and dtype of `like`.
 void check_grad(const at::Tensor& t, const char* name, const at::Tensor& like, int64_t rows) {
-  TORCH_CHECK(t.is_contiguous() && t.dim() == 2 && t.size(0) == rows && t.size(1) == like.size(1) &&
-                  t.scalar_type() == like.scalar_type(),
-              name, " must be contiguous, (", rows, ", ", like.size(1), "), of the rows' dtype");
+  gpse_native::check(t.is_contiguous() && t.dim() == 2 && t.size(0) == rows && t.size(1) == like.size(1) &&
+                         t.scalar_type() == like.scalar_type(),
+                     "%s must be contiguous, (%lld, %lld), of the rows' dtype", name, static_cast<long long>(rows),
+                     static_cast<long long>(like.size(1)));
 }
 
 // body(T{}) with T the element type of `t` (float or at::BFloat16).

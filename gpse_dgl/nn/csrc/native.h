@@ -3,6 +3,26 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdarg>
+#include <cstdio>
+
+namespace gpse_native {
+
+// TORCH_CHECK with a printf-style message, raised through TORCH_CHECK's `const char*` overload. A message of
+// several parts (TORCH_CHECK(ok, name, " must be ", d)) goes through c10::str and a std::string instead, and
+// with torch 2.11's CUDA wheels and the system's g++ 13 that crashed the process (SIGSEGV) instead of raising.
+[[gnu::format(printf, 2, 3)]] inline void check(bool ok, const char* format, ...) {
+  if (ok) return;
+  char message[512];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(message, sizeof message, format, args);
+  va_end(args);
+  TORCH_CHECK(false, static_cast<const char*>(message));
+}
+
+}  // namespace gpse_native
+
 // gated_sum.cpp: the fused gated aggregation and its gradients
 void gated_sum_factors(at::Tensor x, at::Tensor factor, at::Tensor flag);
 void gated_sum_forward(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,

@@ -117,9 +117,10 @@ __attribute__((noinline)) void backward_row(const float* y, const float* g, floa
 int64_t grain(int64_t d) { return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(d, 1)); }
 
 void check_rows(const at::Tensor& t, const char* name, int64_t n, int64_t d) {
-  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 2 && t.size(0) == n &&
-                  t.size(1) == d && (d <= 1 || t.stride(1) == 1) && (n <= 1 || t.stride(0) >= d),
-              name, " must be float32 (", n, ", ", d, ") rows with unit column stride that do not overlap");
+  gpse_native::check(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 2 && t.size(0) == n &&
+                         t.size(1) == d && (d <= 1 || t.stride(1) == 1) && (n <= 1 || t.stride(0) >= d),
+                     "%s must be float32 (%lld, %lld) rows with unit column stride that do not overlap", name,
+                     static_cast<long long>(n), static_cast<long long>(d));
 }
 
 void check_kept(const at::Tensor& y, const at::Tensor& norm, int64_t n, int64_t d) {
