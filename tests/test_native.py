@@ -137,6 +137,69 @@ def test_gates_beyond_the_factorisation_range_are_exact(dtype, tol):
 
 
 @needs_kernel
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_a_hub_is_summed_by_every_thread_in_fixed_pieces(dtype, tol):
+    """A destination with more in-edges than the kernel's hub threshold (16,384; a virtual node has one from every
+    node) is summed in pieces spread over the threads: the definition's value, and the same bits on 1 and 2
+    threads (the pieces do not depend on the thread count)."""
+    gen = torch.Generator().manual_seed(5)
+    n = 40_000
+    src = torch.cat([torch.arange(1, n), torch.randint(0, n, (5_000,), generator=gen)])
+    dst = torch.cat([torch.zeros(n - 1, dtype=torch.int64), torch.randint(1, n, (5_000,), generator=gen)])
+    graph = dgl.graph((src, dst), num_nodes=n)
+    k, q, v = (torch.randn(n, 16, generator=gen, dtype=torch.float64) for _ in range(3))
+    q[::7, 0] = -60.0  # flagged sources: their edges into the hub take the direct form
+    threads = torch.get_num_threads()
+    try:
+        sums = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            sums.append(native.native_gated_sum(graph, *(t.to(dtype) for t in (k, q, v))))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(sums[0], sums[1])
+    ref = reference(graph, *(t.to(dtype).double() for t in (k, q, v)))
+    torch.testing.assert_close(sums[0].double(), ref, atol=tol * float(ref.abs().max()), rtol=tol)
+
+
+@needs_kernel
+def test_source_factors_into_a_kept_buffer():
+    """Layer-wise inference computes each layer's source factors into one buffer kept for the whole encode: the
+    gated sums read them while the queries and the buffer are unchanged, and compute their own otherwise."""
+    graph = graphs()["multi, self-loops, isolated"]
+    gen = torch.Generator().manual_seed(7)
+    k, q, v = (torch.randn(graph.num_nodes(), 16, generator=gen) for _ in range(3))
+    expected = ops.gated_sum(graph, k, q, v)
+    kept, raw = torch.full_like(q, float("nan")), q.clone()
+    with torch.no_grad():
+        assert ops.precompute_source_factors(q, v, out=kept)
+    assert torch.equal(q, raw)
+    torch.testing.assert_close(kept, torch.exp(-q), atol=0, rtol=1e-6)
+    assert native.factors(q)[0] is kept
+    assert torch.equal(ops.gated_sum(graph, k, q, v), expected)
+    kept.fill_(float("nan"))  # the buffer written by something else: no longer q's factors
+    assert native.factors(q)[0] is not kept
+    assert torch.equal(ops.gated_sum(graph, k, q, v), expected)
+    with torch.no_grad():
+        ops.precompute_source_factors(q, v, out=kept)
+    q.mul_(0.5)  # new queries in the same rows: their own factors
+    assert torch.equal(ops.gated_sum(graph, k, q, v), ops.gated_sum(graph, k, q.clone(), v))
+
+
+def test_source_factors_are_left_to_the_sums_off_the_kernels_path(monkeypatch):
+    q, v, kept = torch.randn(6, 4), torch.randn(6, 4), torch.zeros(6, 4)
+    monkeypatch.setenv("GPSE_DGL_BACKEND", "dgl")
+    assert not ops.precompute_source_factors(q, v, kept)
+    monkeypatch.delenv("GPSE_DGL_BACKEND")
+    assert not ops.precompute_source_factors(q, v, None)
+    assert not ops.precompute_source_factors(q.requires_grad_(), v, kept)
+    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
+    with torch.no_grad():
+        assert not ops.precompute_source_factors(q, v, kept)
+    assert not kept.any()
+
+
+@needs_kernel
 def test_source_factors_are_kept_while_the_sources_are_unchanged():
     """Chunks of one layer share their sources' factors; a new projection into the same buffer renews them."""
     q = torch.randn(10, 8)

@@ -59,8 +59,9 @@ from .. import _env  # noqa: F401
 import dgl
 
 from ..nn.gated_conv import product_dtype
+from ..nn import native
 from ..nn.gpse import GPSE
-from ..nn.ops import gated_sum
+from ..nn.ops import gated_sum, precompute_source_factors
 from ..utils.distributed import current, shard_range
 from ..utils import memory
 from ..utils.precision import to_accumulation
@@ -188,6 +189,7 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
         # are read before its residual update writes them, so the cast stays valid for its projections
         h_in = buffers.product_input(h)
         query, value = conv.source_projections(h_in, out=buffers.sources)
+        precompute_source_factors(query, value, out=buffers.source_factors)  # once for all chunks (CPU kernel)
         for group in groups:
             start, stop = group[0].start, group[-1].stop
             key, skip = conv.destination_projections(h_in[start:stop], out=buffers.destinations[:stop - start])
@@ -224,7 +226,8 @@ class _LayerBuffers:
     instead of once per layer and chunk, where each fresh buffer of hundreds of MB would be mapped
     and zeroed page by page again.
 
-    ``sources``: every node's ``[query | value]`` (``N x 2d``, product dtype); ``destinations``: one
+    ``sources``: every node's ``[query | value]`` (``N x 2d``, product dtype), and with the CPU kernel
+    ``source_factors``, the queries' gate factors (``N x d``); ``destinations``: one
     group's ``[key | skip]`` (:func:`_row_groups`); under autocast also the states cast for the products
     and a float32 copy of a group's skip term for the sum.
     """
@@ -232,6 +235,9 @@ class _LayerBuffers:
     def __init__(self, h: torch.Tensor, group_rows: int):
         d, dtype = h.shape[1], product_dtype(h)
         self.sources = memory.empty((h.shape[0], 2 * d), dtype=dtype, device=h.device)
+        # the gate factors exp(-query) the CPU kernel reads with each source's value
+        self.source_factors = memory.empty((h.shape[0], d), dtype=dtype, device=h.device) if (
+            h.device.type == "cpu" and native.kernel() is not None) else None
         self.destinations = memory.empty((group_rows, 2 * d), dtype=dtype, device=h.device)
         low = dtype != h.dtype
         self._cast = memory.empty(h.shape, dtype=dtype, device=h.device) if low else None

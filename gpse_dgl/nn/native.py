@@ -8,7 +8,10 @@ source, the gates recomputed, no atomics). Rows are read as float32 or bfloat16 
 gates, messages and sums are float32, as on the torch path (the precision contract of DESIGN.md).
 The gate is computed as ``1 / (1 + exp(-k[v]) exp(-q[u]))`` from factors computed once per row
 (:func:`factors`), so an edge costs no exponential; rows with entries too large for that form are
-flagged and their edges take ``sigmoid(k + q)`` itself (``csrc/gated_sum.cpp``).
+flagged and their edges take ``sigmoid(k + q)`` itself (``csrc/gated_sum.cpp``). A destination with more
+than 16,384 in-edges (a virtual node has one from every node) is summed by every thread, in pieces of 4,096
+edges fixed by its edge count, so the result does not depend on the number of threads. Layer-wise inference
+computes a layer's source factors once (:func:`precompute_factors`).
 
 ``csrc/dropout.cpp`` draws dropout masks from a counter-based generator, thread-parallel and vectorised
 (:mod:`gpse_dgl.nn.dropout`; torch's CPU dropout draws them one element at a time). ``csrc/residual.cpp``
@@ -41,11 +44,13 @@ import weakref
 from pathlib import Path
 
 import torch
+from torch.autograd.graph import increment_version
 
 from .._private import tensor_version
 from ..utils import memory
 
-__all__ = ["GatedCSR", "accumulates_in_place", "describe", "factors", "kernel", "native_gated_sum", "supports"]
+__all__ = ["GatedCSR", "accumulates_in_place", "describe", "factors", "kernel", "precompute_factors",
+           "native_gated_sum", "supports"]
 
 _CSRC = Path(__file__).parent / "csrc"
 #: The extension's sources (one module; ``native.h`` declares what ``bindings.cpp`` binds).
@@ -182,6 +187,9 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
     then computed once per layer. Training does not keep them (they would live as long as the saved
     activations), nor does inference mode (its tensors have no version counter).
     """
+    current = _current_factors(x)
+    if current is not None:
+        return current
     keep = keep and not x.is_inference()
     kept = _kept.get("tensor")
     if keep and kept is not None and kept() is x and _kept["version"] == tensor_version(x):
@@ -198,6 +206,50 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
 
 #: The factors kept by :func:`factors` (one tensor's at a time).
 _kept: dict = {}
+
+
+def precompute_factors(x: torch.Tensor, out: torch.Tensor) -> None:
+    """Compute the gate factors ``exp(-x)`` of the rows of ``x`` once, into ``out`` (a buffer of ``x``'s shape and
+    dtype that the caller keeps, from layer to layer say): :func:`factors` of ``x`` (or of another view of the same
+    rows) returns them with the flags while nothing has written to ``x`` or ``out`` since. A flagged row's factors
+    are not written (its edges take the direct form, from ``x``).
+
+    Layer-wise inference aggregates each chunk of destinations with one layer's queries: their factors are
+    computed once per layer into one buffer for the whole encode, where :func:`factors` would allocate (and
+    fault in) a buffer of hundreds of MB per layer. The factors stay beside the queries, not over them next to
+    the values: one ``[factors | value]`` row per edge was no faster (``benchmarks/RESULTS.md``, section 6).
+    """
+    if not supports(x, out) or out.shape != x.shape or (x.numel() and out.data_ptr() == x.data_ptr()):
+        raise ValueError("precompute_factors needs float32 or bfloat16 rows on the CPU, the compiled kernels, and "
+                         "a buffer of their shape and dtype of its own")
+    flags = torch.empty(x.shape[0], dtype=torch.uint8)
+    kernel().factors(x, out, flags)
+    increment_version(out)  # written through its pointer: counted as an in-place op counts it
+    _precomputed.clear()
+    _precomputed.update(source=weakref.ref(x), rows=_rows_key(x), version=tensor_version(x),
+                        factors=weakref.ref(out), factors_version=tensor_version(out), flags=flags)
+
+
+def _current_factors(x: torch.Tensor):
+    """``(factors, flags)`` that :func:`precompute_factors` computed for the rows of ``x``, if still current."""
+    source = _precomputed.get("source")
+    if (source is None or source() is None or _rows_key(x) != _precomputed["rows"]
+            or tensor_version(x) != _precomputed["version"]):  # views of one tensor share its version counter
+        return None
+    factor = _precomputed["factors"]()
+    if factor is None or tensor_version(factor) != _precomputed["factors_version"]:
+        return None
+    return factor, _precomputed["flags"]
+
+
+def _rows_key(x: torch.Tensor) -> tuple:
+    return x.device, x.dtype, x.data_ptr(), tuple(x.shape), tuple(x.stride())
+
+
+#: What :func:`precompute_factors` last computed, for one source at a time. The source and the factors are held
+#: weakly: they live as long as their owners keep them, and while the source lives its memory is not reused,
+#: so the rows it is matched by are its own.
+_precomputed: dict = {}
 
 
 def _forget() -> None:

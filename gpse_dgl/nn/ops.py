@@ -338,6 +338,27 @@ def _contiguous_rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
+def _gated_sum_backend(backend, device) -> str:
+    """The backend :func:`gated_sum` runs for ``backend`` (``"auto"`` is ``"torch"`` there)."""
+    backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
+    return "torch" if backend == "auto" else resolve_backend(backend, device)
+
+
+def precompute_source_factors(src_gate: torch.Tensor, src_feat: torch.Tensor, out: torch.Tensor | None) -> bool:
+    """Prepare ``src_gate`` for many :func:`gated_sum` calls without autograd that read it as their source gate
+    (layer-wise inference: one per chunk of destinations): where the compiled CPU kernel runs them, the gate
+    factors of its rows are computed once, into ``out``, a buffer of its shape and dtype kept by the caller
+    (:func:`gpse_dgl.nn.native.precompute_factors`). Returns whether it did. Each call would otherwise take
+    factors computed once per tensor into a new buffer of its size. Without ``out`` nothing is done.
+    """
+    if out is None or torch.is_grad_enabled() and (src_gate.requires_grad or src_feat.requires_grad):
+        return False
+    if _gated_sum_backend(None, src_feat.device) != "torch" or not native.supports(src_gate, src_feat, out):
+        return False
+    native.precompute_factors(src_gate, out)
+    return True
+
+
 def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=None, out=None):
     """``out[v] (+)= sum_{e = (u, v)} sigmoid(dst_gate[v] + src_gate[u]) * src_feat[u]``.
 
@@ -368,8 +389,7 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
     ``sigmoid`` gate needs no epsilon (unlike normalised gated aggregations such as graphium's
     GatedGCN, whose ``1e-6`` had to grow for fp16): nothing is divided.
     """
-    backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
-    backend = "torch" if backend == "auto" else resolve_backend(backend, src_feat.device)
+    backend = _gated_sum_backend(backend, src_feat.device)
     needs_grad = torch.is_grad_enabled() and (
         dst_gate.requires_grad or src_gate.requires_grad or src_feat.requires_grad
         or (out is not None and out.requires_grad))

@@ -81,6 +81,18 @@ Rows<T> rows(const at::Tensor& t) {
   return {t.data_ptr<T>(), t.stride(0)};
 }
 
+template <typename T>
+struct WritableRows {
+  T* data;
+  int64_t stride;
+  T* operator[](int64_t i) const { return data + i * stride; }
+};
+
+template <typename T>
+WritableRows<T> writable_rows(const at::Tensor& t) {
+  return {t.data_ptr<T>(), t.stride(0)};
+}
+
 // Rows written to: float32 sums (a column slice of a wider tensor included).
 struct OutRows {
   float* data;
@@ -104,21 +116,20 @@ inline void prefetch_row(const T* row, int64_t d) {
 }
 
 // factor[i] = exp(-x[i]) in x's dtype; flag[i] = 1 where a row has an entry beyond kFactorLimit (its edges
-// take the direct form).
+// take the direct form, and its factor row is not written).
 template <typename T>
-void factors_kernel(Rows<T> x, T* factor, uint8_t* flag, int64_t n, int64_t d) {
+void factors_kernel(Rows<T> x, WritableRows<T> factor, uint8_t* flag, int64_t n, int64_t d) {
   at::parallel_for(0, n, 256, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const T* xi = x[i];
-      T* fi = factor + i * d;
       float largest = 0.0f;
 #pragma omp simd reduction(max : largest)
-      for (int64_t j = 0; j < d; ++j) {
-        const float value = load(xi, j);
-        largest = std::fmax(largest, std::fabs(value));
-        store(fi, j, exp_approx(-value));
-      }
+      for (int64_t j = 0; j < d; ++j) largest = std::fmax(largest, std::fabs(load(xi, j)));
       flag[i] = largest > kFactorLimit;
+      if (flag[i]) continue;
+      T* fi = factor[i];
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) store(fi, j, exp_approx(-load(xi, j)));
     }
   });
 }
@@ -139,46 +150,85 @@ inline bool load_with_factors(const T* x, float* row, float* factor, int64_t d) 
   return true;
 }
 
+// A destination with more in-edges than this (a virtual node has one from every node) is summed by all threads,
+// in pieces of kPieceEdges edges: within a range of destinations it would keep one thread busy while the others
+// wait. The pieces are fixed, so the order of the sum does not depend on the number of threads.
+constexpr int64_t kHubEdges = 16384;
+constexpr int64_t kPieceEdges = 4096;
+
+// acc += sum over the edges [e0, e1) into destination v (its key `key`, factors `ek` where `factored`) of
+// gate * value; rows are prefetched ahead up to edge `prefetch_end`.
 template <typename T>
-void forward_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, const T* eq,
+inline void add_edges(int64_t e0, int64_t e1, int64_t prefetch_end, const int64_t* index, Rows<T> q, Rows<T> val,
+                      Rows<T> eq, const uint8_t* q_flag, const float* key, const float* ek, bool factored,
+                      float* acc, int64_t d) {
+  for (int64_t e = e0; e < e1; ++e) {
+    if (e + kPrefetchAhead < prefetch_end) {
+      const int64_t ahead = index[e + kPrefetchAhead];
+      prefetch_row(q_flag[ahead] ? q[ahead] : eq[ahead], d);
+      prefetch_row(val[ahead], d);
+    }
+    const int64_t u = index[e];
+    const T* vu = val[u];
+    if (factored && !q_flag[u]) {
+      const T* eu = eq[u];
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) acc[j] += load(vu, j) / (1.0f + ek[j] * load(eu, j));
+    } else {
+      const T* qu = q[u];
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) acc[j] += sigmoid(key[j] + load(qu, j)) * load(vu, j);
+    }
+  }
+}
+
+template <typename T>
+void forward_hub(int64_t v, const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val,
+                 Rows<T> eq, const uint8_t* q_flag, OutRows out, int64_t d) {
+  const int64_t e0 = indptr[v], e1 = indptr[v + 1];
+  const int64_t pieces = (e1 - e0 + kPieceEdges - 1) / kPieceEdges;
+  std::vector<float> key(d), ek(d), sums(pieces * d, 0.0f);
+  const bool factored = load_with_factors(k[v], key.data(), ek.data(), d);
+  at::parallel_for(0, pieces, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t piece = begin; piece < end; ++piece) {
+      const int64_t a = e0 + piece * kPieceEdges, b = std::min(a + kPieceEdges, e1);
+      add_edges(a, b, b, index, q, val, eq, q_flag, key.data(), ek.data(), factored, sums.data() + piece * d, d);
+    }
+  });
+  float* o = out[v];
+  for (int64_t piece = 0; piece < pieces; ++piece) {
+    const float* sum = sums.data() + piece * d;
+#pragma omp simd
+    for (int64_t j = 0; j < d; ++j) o[j] += sum[j];
+  }
+}
+
+template <typename T>
+void forward_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, Rows<T> eq,
                     const uint8_t* q_flag, OutRows out, int64_t n, int64_t d) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> key(d), ek(d), acc(d);
     const int64_t last_edge = indptr[end];  // prefetching runs on into the next nodes' edges
     for (int64_t v = begin; v < end; ++v) {
       const int64_t e0 = indptr[v], e1 = indptr[v + 1];
-      if (e0 == e1) continue;
+      if (e0 == e1 || e1 - e0 > kHubEdges) continue;  // hubs: below
       const bool factored = load_with_factors(k[v], key.data(), ek.data(), d);
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t e = e0; e < e1; ++e) {
-        if (e + kPrefetchAhead < last_edge) {
-          const int64_t ahead = index[e + kPrefetchAhead];
-          prefetch_row(q_flag[ahead] ? q[ahead] : eq + ahead * d, d);
-          prefetch_row(val[ahead], d);
-        }
-        const int64_t u = index[e];
-        const T* vu = val[u];
-        if (factored && !q_flag[u]) {
-          const T* eu = eq + u * d;
-#pragma omp simd
-          for (int64_t j = 0; j < d; ++j) acc[j] += load(vu, j) / (1.0f + ek[j] * load(eu, j));
-        } else {
-          const T* qu = q[u];
-#pragma omp simd
-          for (int64_t j = 0; j < d; ++j) acc[j] += sigmoid(key[j] + load(qu, j)) * load(vu, j);
-        }
-      }
+      add_edges(e0, e1, last_edge, index, q, val, eq, q_flag, key.data(), ek.data(), factored, acc.data(), d);
       float* o = out[v];
 #pragma omp simd
       for (int64_t j = 0; j < d; ++j) o[j] += acc[j];
     }
   });
+  for (int64_t v = 0; v < n; ++v) {
+    if (indptr[v + 1] - indptr[v] > kHubEdges) forward_hub(v, indptr, index, k, q, val, eq, q_flag, out, d);
+  }
 }
 
 // grad_k[v] = sum_{e = (u, v)} g[v] * val[u] * s * (1 - s),  s = sigmoid(k[v] + q[u]); summed in float32 and
 // written once per row in the rows' dtype T (rows without in-edges get 0), so the caller neither fills nor casts.
 template <typename T>
-void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, const T* eq,
+void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, Rows<T> eq,
                      const uint8_t* q_flag, const float* grad_out, T* grad_k, int64_t n, int64_t d) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> key(d), ek(d), acc(d);
@@ -191,7 +241,7 @@ void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Row
         const int64_t u = index[e];
         const T* vu = val[u];
         if (factored && !q_flag[u]) {
-          const T* eu = eq + u * d;
+          const T* eu = eq[u];
 #pragma omp simd
           for (int64_t j = 0; j < d; ++j) {
             const float s = 1.0f / (1.0f + ek[j] * load(eu, j));
@@ -215,7 +265,7 @@ void grad_key_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Row
 // By source u over its out-edges (u, v): grad_val[u] = sum s * g[v],  grad_q[u] = sum g[v] * val[u] * s * (1 - s);
 // ek / k_flag: the destinations' factors. Summed in float32, written once per row in T (as grad_key_kernel).
 template <typename T>
-void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, const T* ek,
+void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, Rows<T> q, Rows<T> val, Rows<T> ek,
                         const uint8_t* k_flag, const float* grad_out, T* grad_q, T* grad_val, int64_t n, int64_t d) {
   at::parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> query(d), eq(d), value(d), s(d), acc_q(d), acc_v(d);
@@ -232,7 +282,7 @@ void grad_source_kernel(const int64_t* indptr, const int64_t* index, Rows<T> k, 
         const int64_t v = index[e];
         const float* g = grad_out + v * d;
         if (factored && !k_flag[v]) {
-          const T* fv = ek + v * d;
+          const T* fv = ek[v];
 #pragma omp simd
           for (int64_t j = 0; j < d; ++j) s[j] = 1.0f / (1.0f + eq[j] * load(fv, j));
         } else {
@@ -280,10 +330,12 @@ void check_gates(const at::Tensor& k, const at::Tensor& q, const at::Tensor& val
   TORCH_CHECK(k.scalar_type() == q.scalar_type() && q.scalar_type() == val.scalar_type(), "k, q, val: one dtype");
 }
 
-// The factors of `rows` (see `factors`): contiguous, the rows' dtype and shape, one uint8 flag per row.
+// The factors of `rows` (see `factors`): contiguous rows (a column slice of a wider tensor included, `rows` itself
+// too), the rows' dtype and shape, one uint8 flag per row.
 void check_factors(const at::Tensor& factor, const at::Tensor& flag, const at::Tensor& rows) {
-  TORCH_CHECK(factor.is_contiguous() && factor.scalar_type() == rows.scalar_type() && factor.sizes() == rows.sizes(),
-              "factors must be contiguous, with the rows' dtype and shape");
+  TORCH_CHECK(factor.dim() == 2 && factor.stride(1) == 1 && factor.stride(0) >= factor.size(1) &&
+                  factor.scalar_type() == rows.scalar_type() && factor.sizes() == rows.sizes(),
+              "factors must have contiguous rows that do not overlap, with the rows' dtype and shape");
   TORCH_CHECK(flag.is_contiguous() && flag.scalar_type() == at::kByte && flag.numel() == rows.size(0),
               "flags: one uint8 per row");
 }
@@ -318,7 +370,7 @@ void gated_sum_factors(at::Tensor x, at::Tensor factor, at::Tensor flag) {
   check_factors(factor, flag, x);
   dispatch(x, [&](auto tag) {
     using T = decltype(tag);
-    factors_kernel<T>(rows<T>(x), factor.data_ptr<T>(), flag.data_ptr<uint8_t>(), x.size(0), x.size(1));
+    factors_kernel<T>(rows<T>(x), writable_rows<T>(factor), flag.data_ptr<uint8_t>(), x.size(0), x.size(1));
   });
 }
 
@@ -335,7 +387,7 @@ void gated_sum_forward(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Te
   dispatch(k, [&](auto tag) {
     using T = decltype(tag);
     forward_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q), rows<T>(val),
-                      eq.data_ptr<T>(), q_flag.data_ptr<uint8_t>(), OutRows{out.data_ptr<float>(), out.stride(0)}, n,
+                      rows<T>(eq), q_flag.data_ptr<uint8_t>(), OutRows{out.data_ptr<float>(), out.stride(0)}, n,
                       d);
   });
 }
@@ -353,7 +405,7 @@ void gated_sum_grad_key(at::Tensor indptr, at::Tensor index, at::Tensor k, at::T
   dispatch(k, [&](auto tag) {
     using T = decltype(tag);
     grad_key_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q), rows<T>(val),
-                       eq.data_ptr<T>(), q_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
+                       rows<T>(eq), q_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
                        grad_k.data_ptr<T>(), n, d);
   });
 }
@@ -375,7 +427,7 @@ void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at
   dispatch(k, [&](auto tag) {
     using T = decltype(tag);
     grad_source_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q),
-                          rows<T>(val), ek.data_ptr<T>(), k_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
+                          rows<T>(val), rows<T>(ek), k_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
                           grad_q.numel() ? grad_q.data_ptr<T>() : nullptr,
                           grad_val.numel() ? grad_val.data_ptr<T>() : nullptr, n, d);
   });
