@@ -169,13 +169,16 @@ def test_source_factors_into_a_kept_buffer():
     graph = graphs()["multi, self-loops, isolated"]
     gen = torch.Generator().manual_seed(7)
     k, q, v = (torch.randn(graph.num_nodes(), 16, generator=gen) for _ in range(3))
+    q[::3, 0] = -60.0  # flagged rows: their factors are not written (NaN below), their edges never read them
     expected = ops.gated_sum(graph, k, q, v)
     kept, raw = torch.full_like(q, float("nan")), q.clone()
     with torch.no_grad():
         assert ops.precompute_source_factors(q, v, out=kept)
     assert torch.equal(q, raw)
-    torch.testing.assert_close(kept, torch.exp(-q), atol=0, rtol=1e-6)
-    assert native.factors(q)[0] is kept
+    flagged = native.factors(q)[1].bool()
+    assert flagged.tolist() == [i % 3 == 0 for i in range(q.shape[0])] and kept[flagged].isnan().all()
+    torch.testing.assert_close(kept[~flagged], torch.exp(-q[~flagged]), atol=0, rtol=1e-6)
+    assert native.factors(q)[0] is kept and native.factors(q[:, :])[0] is kept  # any view of those rows
     assert torch.equal(ops.gated_sum(graph, k, q, v), expected)
     kept.fill_(float("nan"))  # the buffer written by something else: no longer q's factors
     assert native.factors(q)[0] is not kept
@@ -226,6 +229,40 @@ def test_kept_factors_go_with_their_tensor():
     del q
     gc.collect()
     assert factor() is None
+
+
+@needs_kernel
+def test_layerwise_encoding_in_inference_mode():
+    """Layer-wise inference keeps its source factors by version counters, which inference-mode tensors lack:
+    there the sums take their own factors, and the encodings are those of no_grad."""
+    from gpse_dgl.encode.large_graph import layerwise_forward
+    from gpse_dgl.nn.gpse import GPSE
+
+    graph = dgl.graph(([0, 1, 1, 2, 2, 3, 3, 0], [1, 0, 2, 1, 3, 2, 0, 3]))
+    torch.manual_seed(0)
+    model = GPSE(dim_in=4, dim_hidden=16, num_layers=2).eval()
+    x = torch.randn(4, 4)
+    with torch.no_grad():
+        expected = layerwise_forward(model, graph, x, chunk_edges=3)
+    with torch.inference_mode():
+        got = layerwise_forward(model, graph, x, chunk_edges=3)
+    torch.testing.assert_close(got, expected, atol=0, rtol=0)
+
+
+def test_precomputed_factors_are_not_matched_through_an_alias_with_its_own_counter():
+    """A tensor over the sources' memory with a version counter of its own (from numpy) does not see their
+    writes: the sources' own counter decides."""
+    if native.kernel() is None:
+        pytest.skip(native.describe())
+    q, v, kept = torch.randn(6, 4), torch.randn(6, 4), torch.empty(6, 4)
+    alias = torch.from_numpy(q.numpy())
+    with torch.no_grad():
+        assert ops.precompute_source_factors(q, v, kept)
+    assert native.factors(alias)[0] is kept
+    q.mul_(2)
+    assert native.factors(alias)[0] is not kept
+    with pytest.raises(ValueError, match="of its own"):
+        native.precompute_factors(q[:, :2], q[:, 1:3])  # overlapping
 
 
 @needs_kernel

@@ -219,27 +219,49 @@ def precompute_factors(x: torch.Tensor, out: torch.Tensor) -> None:
     fault in) a buffer of hundreds of MB per layer. The factors stay beside the queries, not over them next to
     the values: one ``[factors | value]`` row per edge was no faster (``benchmarks/RESULTS.md``, section 6).
     """
-    if not supports(x, out) or out.shape != x.shape or (x.numel() and out.data_ptr() == x.data_ptr()):
+    global _precomputed
+    if not supports(x, out) or out.shape != x.shape or _overlap(x, out):
         raise ValueError("precompute_factors needs float32 or bfloat16 rows on the CPU, the compiled kernels, and "
                          "a buffer of their shape and dtype of its own")
+    if x.is_inference() or out.is_inference():
+        raise ValueError("precompute_factors needs tensors with version counters (not made in inference mode)")
     flags = torch.empty(x.shape[0], dtype=torch.uint8)
     kernel().factors(x, out, flags)
     increment_version(out)  # written through its pointer: counted as an in-place op counts it
-    _precomputed.clear()
-    _precomputed.update(source=weakref.ref(x), rows=_rows_key(x), version=tensor_version(x),
-                        factors=weakref.ref(out), factors_version=tensor_version(out), flags=flags)
+    # one new record swapped in whole: a reader on another thread sees the old one or the new one
+    _precomputed = {"source": weakref.ref(x), "rows": _rows_key(x), "version": tensor_version(x),
+                    "factors": weakref.ref(out), "factors_version": tensor_version(out), "flags": flags}
 
 
 def _current_factors(x: torch.Tensor):
     """``(factors, flags)`` that :func:`precompute_factors` computed for the rows of ``x``, if still current."""
-    source = _precomputed.get("source")
-    if (source is None or source() is None or _rows_key(x) != _precomputed["rows"]
-            or tensor_version(x) != _precomputed["version"]):  # views of one tensor share its version counter
+    record = _precomputed
+    source = record.get("source")
+    source = source() if source is not None else None
+    if source is None or x.is_inference() or _rows_key(x) != record["rows"]:
         return None
-    factor = _precomputed["factors"]()
-    if factor is None or tensor_version(factor) != _precomputed["factors_version"]:
+    # the version of x (views of one tensor share its counter) and of the source itself (a tensor over the same
+    # memory with a counter of its own, from numpy say, would not see the source's writes)
+    if tensor_version(x) != record["version"] or tensor_version(source) != record["version"]:
         return None
-    return factor, _precomputed["flags"]
+    factor = record["factors"]()
+    if factor is None or tensor_version(factor) != record["factors_version"]:
+        return None
+    return factor, record["flags"]
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory spans of two non-empty tensors intersect."""
+    if not a.numel() or not b.numel():
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    return a0 < b1 and b0 < a1
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """``[first, last + 1)`` byte addresses of a non-empty tensor's elements."""
+    last = sum((n - 1) * stride for n, stride in zip(t.shape, t.stride()))
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
 
 
 def _rows_key(x: torch.Tensor) -> tuple:

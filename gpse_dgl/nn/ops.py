@@ -351,7 +351,9 @@ def precompute_source_factors(src_gate: torch.Tensor, src_feat: torch.Tensor, ou
     (:func:`gpse_dgl.nn.native.precompute_factors`). Returns whether it did. Each call would otherwise take
     factors computed once per tensor into a new buffer of its size. Without ``out`` nothing is done.
     """
-    if out is None or torch.is_grad_enabled() and (src_gate.requires_grad or src_feat.requires_grad):
+    if out is None or src_gate.is_inference() or out.is_inference():  # no version counters to keep them by
+        return False
+    if torch.is_grad_enabled() and (src_gate.requires_grad or src_feat.requires_grad):
         return False
     if _gated_sum_backend(None, src_feat.device) != "torch" or not native.supports(src_gate, src_feat, out):
         return False
