@@ -125,7 +125,8 @@ def _parts(model, graph, args) -> dict:
     import torch
 
     from gpse_dgl.nn.gated_conv import product_dtype
-    from gpse_dgl.nn.ops import gated_sum, precompute_source_factors
+    from gpse_dgl.nn import native
+    from gpse_dgl.nn.ops import gated_sum, packs_sources
     from gpse_dgl.utils import memory
     from gpse_dgl.utils.precision import autocast, product_input
 
@@ -148,15 +149,21 @@ def _parts(model, graph, args) -> dict:
             return query, value
 
         def edges():
-            # as the encode does them: the queries factored in place once (on the CPU kernel's path), the
-            # sum added into a buffer kept from layer to layer
-            precompute_source_factors(query, value, out=factors)
-            gated_sum(graph, key, query, value, out=summed)
+            # as the encode does them: on the CPU kernel's path the sources packed once into a kept slab and
+            # summed by column blocks, elsewhere gated sums; into a sum kept from layer to layer
+            if packed:
+                native.packed_gated_sum(indptr, index, key, native.pack_sources(query, value, out=slab), summed)
+            else:
+                gated_sum(graph, key, query, value, out=summed)
 
         query, value = products()  # warm: kernels compiled, shapes seen
         key = conv.destination_projections(product_input(h))[0]
         summed = torch.zeros(graph.num_nodes(), args.dim)
-        factors = memory.empty(tuple(query.shape), dtype=query.dtype)
+        packed = packs_sources(h.device, query.dtype)
+        if packed:
+            csr = native.GatedCSR.of(graph)
+            indptr, index = csr.dst_indptr, csr.dst_index
+            slab = memory.empty(native.packed_shape(*query.shape, query.dtype), dtype=query.dtype)
         edges()
         t0 = time.perf_counter()
         query, value = products()

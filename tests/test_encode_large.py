@@ -8,6 +8,7 @@ import dgl
 
 from gpse_dgl.encode import encode, encode_dataset, encode_large, encode_sampled
 from gpse_dgl.encode.graphs import as_simple_undirected
+from gpse_dgl.encode import large_graph
 from gpse_dgl.encode.large_graph import _plan_chunks, expand_fanouts, layerwise_forward, virtual_node_edges
 from gpse_dgl.nn.gpse import GPSE
 
@@ -51,8 +52,14 @@ def test_virtual_node_layout_matches_the_encoder():
 def test_chunk_plan_covers_every_edge_once(mid_graph):
     src, dst, n = virtual_node_edges(mid_graph)
     for budget in (97, 1000, 5000):
-        chunks = _plan_chunks(src, dst, n, budget)
+        chunks, (indptr, index) = _plan_chunks(src, dst, n, budget)
         assert chunks[0].start == 0 and chunks[-1].stop == n
+        order = torch.sort(dst, stable=True).indices
+        assert torch.equal(index, src[order]) and int(indptr[-1]) == src.numel()
+        assert torch.equal(indptr.diff(), torch.bincount(dst, minlength=n))
+        bare = _plan_chunks(src, dst, n, budget, blocks=False)[0]  # the packed path's plan: ranges only
+        assert [(c.start, c.stop) for c in bare] == [(c.start, c.stop) for c in chunks]
+        assert not any(c.blocks for c in bare)
         assert all(a.stop == b.start for a, b in zip(chunks, chunks[1:]))
         edges = sum(block.num_edges() for c in chunks for block in c.blocks)
         assert edges == src.numel()
@@ -62,8 +69,17 @@ def test_chunk_plan_covers_every_edge_once(mid_graph):
         assert len(vn_chunk.blocks) == max(1, -(-mid_graph.num_nodes() // budget))
 
 
+@pytest.mark.parametrize("path", ["packed", "packed in groups", "blocks"])
 @pytest.mark.parametrize("chunk_edges", [97, 4096, 1 << 20])
-def test_layerwise_equals_full_forward(mid_graph, chunk_edges):
+def test_layerwise_equals_full_forward(mid_graph, chunk_edges, path, monkeypatch):
+    """Both paths of the layer-wise loop: packed sources summed by column blocks (the CPU kernel's; all rows in
+    one group, or groups of at most 700 rows) and gated sums over chunks of DGL blocks (other devices, backends)."""
+    if path != "blocks" and not large_graph.packs_sources(torch.device("cpu"), torch.float32):
+        pytest.skip("the compiled kernels are not available")
+    if path == "blocks":
+        monkeypatch.setattr(large_graph, "packs_sources", lambda device, dtype: False)
+    if path == "packed in groups":
+        monkeypatch.setattr(large_graph, "_group_rows", lambda h, packed: 700)
     model = _model()
     x = torch.randn(mid_graph.num_nodes(), model.dim_in)
     with torch.no_grad():

@@ -162,44 +162,114 @@ def test_a_hub_is_summed_by_every_thread_in_fixed_pieces(dtype, tol):
     torch.testing.assert_close(sums[0].double(), ref, atol=tol * float(ref.abs().max()), rtol=tol)
 
 
+def packed_sum(graph, k, q, v, out=None):
+    """The packed kernel's sum over a graph's in-edges (``out`` added to in place)."""
+    csr = native.GatedCSR.of(graph)
+    slab = torch.full(native.packed_shape(*q.shape, q.dtype), float("nan"), dtype=q.dtype)
+    sources = native.pack_sources(q, v, out=slab)
+    out = torch.zeros(graph.num_dst_nodes(), q.shape[1]) if out is None else out
+    native.packed_gated_sum(csr.dst_indptr, csr.dst_index, k, sources, out)
+    return out
+
+
 @needs_kernel
-def test_source_factors_into_a_kept_buffer():
-    """Layer-wise inference computes each layer's source factors into one buffer kept for the whole encode: the
-    gated sums read them while the queries and the buffer are unchanged, and compute their own otherwise."""
+@pytest.mark.parametrize("name", list(graphs()))
+@pytest.mark.parametrize("width", [24, 64])  # 16 float32 / 32 bf16 lanes a block: a partial last block, whole ones
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 2e-2)])
+def test_packed_sums_equal_the_row_kernels(name, width, dtype, tol):
+    """Sums by column blocks of packed sources: the row kernel's sums (the same arithmetic and edge order) and the
+    definition's, with flagged sources and destinations (the direct form) among ordinary ones."""
+    graph = graphs()[name]
+    gen = torch.Generator().manual_seed(8)
+    k = torch.randn(graph.num_dst_nodes(), width, generator=gen, dtype=torch.float64)
+    q, v = (torch.randn(graph.num_src_nodes(), width, generator=gen, dtype=torch.float64) for _ in range(2))
+    k[::4, -1] = 100.0
+    q[::3, 0] = -99.5
+    k, q, v = (t.to(dtype) for t in (k, q, v))
+    got = packed_sum(graph, k, q, v)
+    rows = native.native_gated_sum(graph, k, q, v)
+    scale = max(1.0, float(rows.abs().max()))
+    torch.testing.assert_close(got, rows, atol=1e-6 * scale, rtol=1e-6)
+    ref = reference(graph, k.double(), q.double(), v.double())
+    torch.testing.assert_close(got.double(), ref, atol=tol * scale, rtol=tol)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_slab_layout(dtype):
+    """Record (b, u): 64 bytes of exp(-q[u]) over block b's columns (q[u] itself on a flagged row), then as many of
+    the value; lanes past the width are zero."""
+    gen = torch.Generator().manual_seed(9)
+    q, v = (torch.randn(5, 20, generator=gen).to(dtype) for _ in range(2))
+    q[2, 7] = 50.0
+    lanes = 64 // q.element_size()
+    slab = torch.full(native.packed_shape(5, 20, dtype), float("nan"), dtype=dtype)
+    assert slab.shape == (-(-20 // lanes), 5, 2 * lanes)
+    sources = native.pack_sources(q, v, out=slab)
+    assert sources.flags.tolist() == [0, 0, 1, 0, 0] and sources.slab is slab and sources.query is q
+    padded = lambda t: torch.cat([t, t.new_zeros(5, slab.shape[0] * lanes - 20)], 1)  # noqa: E731
+    factors = torch.where(sources.flags.bool()[:, None], q, torch.exp(-q.float()).to(dtype))
+    for block in range(slab.shape[0]):
+        cols = slice(block * lanes, (block + 1) * lanes)
+        torch.testing.assert_close(slab[block, :, :lanes].float(), padded(factors)[:, cols].float(),
+                                   atol=0, rtol=1e-6 if dtype == torch.float32 else 1e-2)
+        assert torch.equal(slab[block, :, lanes:], padded(v)[:, cols])
+
+
+@needs_kernel
+def test_packed_sums_add_into_column_slices():
+    """Keys and sums may be column slices of wider tensors (a group's ``[key | skip]``): only the slice is written."""
     graph = graphs()["multi, self-loops, isolated"]
-    gen = torch.Generator().manual_seed(7)
-    k, q, v = (torch.randn(graph.num_nodes(), 16, generator=gen) for _ in range(3))
-    q[::3, 0] = -60.0  # flagged rows: their factors are not written (NaN below), their edges never read them
-    expected = ops.gated_sum(graph, k, q, v)
-    kept, raw = torch.full_like(q, float("nan")), q.clone()
-    with torch.no_grad():
-        assert ops.precompute_source_factors(q, v, out=kept)
-    assert torch.equal(q, raw)
-    flagged = native.factors(q)[1].bool()
-    assert flagged.tolist() == [i % 3 == 0 for i in range(q.shape[0])] and kept[flagged].isnan().all()
-    torch.testing.assert_close(kept[~flagged], torch.exp(-q[~flagged]), atol=0, rtol=1e-6)
-    assert native.factors(q)[0] is kept and native.factors(q[:, :])[0] is kept  # any view of those rows
-    assert torch.equal(ops.gated_sum(graph, k, q, v), expected)
-    kept.fill_(float("nan"))  # the buffer written by something else: no longer q's factors
-    assert native.factors(q)[0] is not kept
-    assert torch.equal(ops.gated_sum(graph, k, q, v), expected)
-    with torch.no_grad():
-        ops.precompute_source_factors(q, v, out=kept)
-    q.mul_(0.5)  # new queries in the same rows: their own factors
-    assert torch.equal(ops.gated_sum(graph, k, q, v), ops.gated_sum(graph, k, q.clone(), v))
+    n = graph.num_nodes()
+    gen = torch.Generator().manual_seed(10)
+    destinations, q, v = torch.randn(n, 48, generator=gen), torch.randn(n, 24, generator=gen), torch.randn(n, 24)
+    wide = torch.randn(n, 72, generator=gen)
+    before = wide.clone()
+    packed_sum(graph, destinations[:, :24], q, v, out=wide[:, 24:48])
+    expected = before[:, 24:48] + native.native_gated_sum(graph, destinations[:, :24].contiguous(), q, v)
+    torch.testing.assert_close(wide[:, 24:48], expected, atol=1e-5, rtol=1e-6)
+    assert torch.equal(wide[:, :24], before[:, :24]) and torch.equal(wide[:, 48:], before[:, 48:])
 
 
-def test_source_factors_are_left_to_the_sums_off_the_kernels_path(monkeypatch):
-    q, v, kept = torch.randn(6, 4), torch.randn(6, 4), torch.zeros(6, 4)
+@needs_kernel
+def test_packed_hub_is_summed_in_fixed_pieces():
+    """A hub (here 40,000 in-edges) is summed in the row kernel's fixed pieces: the same bits on 1 and 2 threads."""
+    gen = torch.Generator().manual_seed(11)
+    n = 40_000
+    src = torch.cat([torch.arange(1, n), torch.randint(0, n, (5_000,), generator=gen)])
+    dst = torch.cat([torch.zeros(n - 1, dtype=torch.int64), torch.randint(1, n, (5_000,), generator=gen)])
+    graph = dgl.graph((src, dst), num_nodes=n)
+    k, q, v = (torch.randn(n, 40, generator=gen) for _ in range(3))
+    q[::7, 0] = -60.0
+    threads = torch.get_num_threads()
+    try:
+        sums = []
+        for count in (1, 2):
+            torch.set_num_threads(count)
+            sums.append(packed_sum(graph, k, q, v))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(sums[0], sums[1])
+    rows = native.native_gated_sum(graph, k, q, v)
+    torch.testing.assert_close(sums[0], rows, atol=1e-6 * float(rows.abs().max()), rtol=1e-6)
+
+
+def test_packing_is_refused_off_its_path(monkeypatch):
+    """A slab of the wrong shape or dtype is refused with a message; off the CPU kernel's path nothing is packed."""
+    q, v = torch.randn(6, 4), torch.randn(6, 4)
+    if native.kernel() is not None:
+        with pytest.raises(ValueError, match="packed_shape"):
+            native.pack_sources(q, v, out=torch.empty(6, 4))
+        with pytest.raises(ValueError, match="packed_shape"):
+            native.pack_sources(q, v, out=torch.empty(native.packed_shape(6, 4, torch.float32), dtype=torch.bfloat16))
+        assert ops.packs_sources(torch.device("cpu"), torch.bfloat16)
+    assert not ops.packs_sources(torch.device("cpu"), torch.float16)
+    assert not ops.packs_sources(torch.device("meta"), torch.float32)
     monkeypatch.setenv("GPSE_DGL_BACKEND", "dgl")
-    assert not ops.precompute_source_factors(q, v, kept)
+    assert not ops.packs_sources(torch.device("cpu"), torch.float32)
     monkeypatch.delenv("GPSE_DGL_BACKEND")
-    assert not ops.precompute_source_factors(q, v, None)
-    assert not ops.precompute_source_factors(q.requires_grad_(), v, kept)
     monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
-    with torch.no_grad():
-        assert not ops.precompute_source_factors(q, v, kept)
-    assert not kept.any()
+    assert not ops.packs_sources(torch.device("cpu"), torch.float32)
 
 
 @needs_kernel
@@ -233,8 +303,8 @@ def test_kept_factors_go_with_their_tensor():
 
 @needs_kernel
 def test_layerwise_encoding_in_inference_mode():
-    """Layer-wise inference keeps its source factors by version counters, which inference-mode tensors lack:
-    there the sums take their own factors, and the encodings are those of no_grad."""
+    """Layer-wise inference under inference mode (its tensors have no version counters) gives the encodings of
+    no_grad."""
     from gpse_dgl.encode.large_graph import layerwise_forward
     from gpse_dgl.nn.gpse import GPSE
 
@@ -247,22 +317,6 @@ def test_layerwise_encoding_in_inference_mode():
     with torch.inference_mode():
         got = layerwise_forward(model, graph, x, chunk_edges=3)
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
-
-
-def test_precomputed_factors_are_not_matched_through_an_alias_with_its_own_counter():
-    """A tensor over the sources' memory with a version counter of its own (from numpy) does not see their
-    writes: the sources' own counter decides."""
-    if native.kernel() is None:
-        pytest.skip(native.describe())
-    q, v, kept = torch.randn(6, 4), torch.randn(6, 4), torch.empty(6, 4)
-    alias = torch.from_numpy(q.numpy())
-    with torch.no_grad():
-        assert ops.precompute_source_factors(q, v, kept)
-    assert native.factors(alias)[0] is kept
-    q.mul_(2)
-    assert native.factors(alias)[0] is not kept
-    with pytest.raises(ValueError, match="of its own"):
-        native.precompute_factors(q[:, :2], q[:, 1:3])  # overlapping
 
 
 @needs_kernel

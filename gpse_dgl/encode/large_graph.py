@@ -11,12 +11,15 @@ nodes; the virtual node of each member graph (``docs/PSE.md``, "Model") is added
 
 Exact layer-wise inference (:func:`layerwise_forward`)
     Layer ``l`` is computed for every node before layer ``l + 1`` starts, so only the current state
-    ``h`` (``N x d``), the sources' query and value (``2 x N x d``) and the temporaries of one chunk of
-    destination nodes live at a time: for ogbn-arxiv (169,343 nodes, d = 512) about 1 GB plus
-    ``chunk_edges x d`` floats for the gates, never the 20 layers of activations a plain forward keeps
-    for autograd. A chunk needs only the in-edges of its destination nodes; a node whose in-degree
-    exceeds the chunk budget (the virtual node has in-degree N) has its in-edges aggregated in several
-    pieces. The result equals the module's full forward up to float rounding (tests: 1e-5).
+    ``h`` (``N x d``), the sources' query and value (``2 x N x d``) and the destinations of one group of
+    rows live at a time, never the 20 layers of activations a plain forward keeps for autograd. On the
+    CPU kernel's path the sources are also packed once per layer into a slab of the same size
+    (:func:`~gpse_dgl.nn.native.pack_sources`) and each group of destinations (up to 1 GiB of their
+    buffers) is summed from it block of columns by block (:func:`~gpse_dgl.nn.native.packed_gated_sum`):
+    for ogbn-arxiv (169,343 nodes, d = 512, float32) about 2.4 GB in all. Elsewhere the destinations are
+    taken in chunks of at most ``chunk_edges`` in-edges, whose gates take ``chunk_edges x d`` floats; a node
+    whose in-degree exceeds the chunk budget (the virtual node has in-degree N) has its in-edges aggregated
+    in several pieces. The result equals the module's full forward up to float rounding (tests: 1e-5).
 
 Neighbour-sampled inference (:func:`sampled_forward`)
     DGL's :class:`~dgl.dataloading.MultiLayerNeighborSampler` draws, for each batch of seed nodes, up to
@@ -61,7 +64,7 @@ import dgl
 from ..nn.gated_conv import product_dtype
 from ..nn import native
 from ..nn.gpse import GPSE
-from ..nn.ops import gated_sum, precompute_source_factors
+from ..nn.ops import gated_sum, packs_sources
 from ..utils.distributed import current, shard_range
 from ..utils import memory
 from ..utils.precision import to_accumulation
@@ -76,6 +79,8 @@ DEFAULT_CHUNK_EDGES = 1 << 17
 # Destination nodes per chunk bound the key/skip/aggregate temporaries (3 x nodes x d floats).
 MAX_CHUNK_NODES = 1 << 15
 DEFAULT_FANOUTS = (30, 20, 10, 5)
+# With packed sources (the CPU kernel) the destination buffers of a group may take this many bytes.
+PACKED_GROUP_BYTES = 1 << 30
 
 
 def virtual_node_edges(g: dgl.DGLGraph, virtual: bool = True) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -110,11 +115,13 @@ class _Chunk:
     blocks: list          # DGL blocks (all sources -> destinations start..stop-1), one per edge piece
 
 
-def _plan_chunks(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edges: int) -> list:
+def _plan_chunks(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edges: int,
+                 blocks: bool = True) -> tuple[list, tuple]:
     """Split destination nodes into consecutive chunks of at most ``chunk_edges`` in-edges each.
 
     Edges are grouped by destination once; a node with more in-edges than the budget gets a chunk of its
-    own whose edges are split into pieces. The blocks are built once and reused by every layer.
+    own whose edges are split into pieces. With ``blocks`` the DGL blocks are built once and reused by every
+    layer. Returns the chunks and the edges by destination, ``(indptr, sources)``.
     """
     order = torch.sort(dst, stable=True).indices
     src_sorted, dst_sorted = src[order], dst[order]
@@ -125,14 +132,13 @@ def _plan_chunks(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edg
         stop = int(np.searchsorted(indptr, indptr[start] + chunk_edges, side="right")) - 1
         stop = min(max(stop, start + 1), start + MAX_CHUNK_NODES, num_nodes)
         lo, hi = int(indptr[start]), int(indptr[stop])
-        blocks = []
-        for piece in range(lo, max(hi, lo + 1), chunk_edges):
-            end = min(piece + chunk_edges, hi)
-            blocks.append(dgl.create_block((src_sorted[piece:end], dst_sorted[piece:end] - start),
-                                           num_src_nodes=num_nodes, num_dst_nodes=stop - start))
-        chunks.append(_Chunk(start, stop, blocks))
+        pieces = range(lo, max(hi, lo + 1), chunk_edges) if blocks else ()
+        chunks.append(_Chunk(start, stop, [
+            dgl.create_block((src_sorted[piece:min(piece + chunk_edges, hi)],
+                              dst_sorted[piece:min(piece + chunk_edges, hi)] - start),
+                             num_src_nodes=num_nodes, num_dst_nodes=stop - start) for piece in pieces]))
         start = stop
-    return chunks
+    return chunks, (torch.from_numpy(indptr), src_sorted.contiguous())
 
 
 def _progress(iterable, enabled: bool, **kwargs):
@@ -172,8 +178,10 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
         raise ValueError(f"chunk_edges must be >= 1, got {chunk_edges}")
     _check_eval(encoder)
     n = g.num_nodes()
+    # on the CPU kernel's path each layer's sources are packed once and summed by column blocks
+    packed = packs_sources(x.device, product_dtype(x))
     src, dst, total = virtual_node_edges(g, encoder.virtual_node)
-    chunks = _plan_chunks(src, dst, total, chunk_edges)
+    chunks, (indptr, index) = _plan_chunks(src, dst, total, chunk_edges, blocks=not packed)
     del src, dst
     mine = _my_chunks(chunks) if shard else chunks
     x_all = torch.cat([x, x.new_zeros(total - n, x.shape[1])])  # virtual nodes have zero input
@@ -181,28 +189,51 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
     for chunk in chunks:
         h[chunk.start:chunk.stop] = encoder.input_stage(x_all[chunk.start:chunk.stop])
     del x_all
-    groups = _row_groups(mine)
-    buffers = _LayerBuffers(h, max((group[-1].stop - group[0].start for group in groups), default=0))
+    groups = _row_groups(mine, _group_rows(h, packed))
+    edges = [_group_edges(indptr, index, group) for group in groups] if packed else [None] * len(groups)
+    del indptr, index
+    buffers = _LayerBuffers(h, max((group[-1].stop - group[0].start for group in groups), default=0), packed)
     layers = _progress(list(enumerate(encoder.convs)), progress, desc="GPSE layers", unit="layer", leave=False)
     for layer, conv in layers:
         # one cast of the states for the layer's four products (under autocast); a group's own rows
         # are read before its residual update writes them, so the cast stays valid for its projections
         h_in = buffers.product_input(h)
         query, value = conv.source_projections(h_in, out=buffers.sources)
-        precompute_source_factors(query, value, out=buffers.source_factors)  # once for all chunks (CPU kernel)
-        for group in groups:
+        sources = native.pack_sources(query, value, out=buffers.source_slab) if packed else None
+        for group, group_edges in zip(groups, edges):
             start, stop = group[0].start, group[-1].stop
             key, skip = conv.destination_projections(h_in[start:stop], out=buffers.destinations[:stop - start])
             out = buffers.accumulator(skip)  # float32 sum when the products ran in bf16/fp16 (autocast)
-            for chunk in group:
-                rows = slice(chunk.start - start, chunk.stop - start)
-                for block in chunk.blocks:
-                    gated_sum(block, key[rows], query, value, out=out[rows])  # added in place
+            if packed:
+                native.packed_gated_sum(*group_edges, key, sources, out)  # added in place
+            else:
+                for chunk in group:
+                    rows = slice(chunk.start - start, chunk.stop - start)
+                    for block in chunk.blocks:
+                        gated_sum(block, key[rows], query, value, out=out[rows])  # added in place
             # Sources of later groups read query/value computed above, so h can be updated in place.
             encoder.residual_update(layer, h[start:stop], _with_bias(out, conv))
         if mine is not chunks:
             _exchange_rows(h, chunks)
     return encoder.output_stage(h[:n])
+
+
+def _group_rows(h: torch.Tensor, packed: bool) -> int:
+    """Most destination rows per group: :data:`MAX_CHUNK_NODES`, and with packed sources as many as
+    :data:`PACKED_GROUP_BYTES` of destination buffers hold (each group reads every block of the slab from memory
+    once, so fewer groups move less)."""
+    if not packed:
+        return MAX_CHUNK_NODES
+    dtype = product_dtype(h)
+    row_bytes = h.shape[1] * (2 * dtype.itemsize + (h.dtype.itemsize if dtype != h.dtype else 0))
+    return max(MAX_CHUNK_NODES, PACKED_GROUP_BYTES // row_bytes)
+
+
+def _group_edges(indptr: torch.Tensor, index: torch.Tensor, group: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """The in-edges of a group's destinations by destination, ``(indptr, sources)`` numbered from its first row."""
+    start, stop = group[0].start, group[-1].stop
+    lo, hi = int(indptr[start]), int(indptr[stop])
+    return indptr[start:stop + 1] - lo, index[lo:hi]
 
 
 def _row_groups(chunks: list, max_rows: int = MAX_CHUNK_NODES) -> list:
@@ -227,17 +258,17 @@ class _LayerBuffers:
     and zeroed page by page again.
 
     ``sources``: every node's ``[query | value]`` (``N x 2d``, product dtype), and with the CPU kernel
-    ``source_factors``, the queries' gate factors (``N x d``); ``destinations``: one
+    ``source_slab``, the same packed by column blocks with the queries' gate factors
+    (:func:`gpse_dgl.nn.native.pack_sources`, ``N x 2d`` again); ``destinations``: one
     group's ``[key | skip]`` (:func:`_row_groups`); under autocast also the states cast for the products
     and a float32 copy of a group's skip term for the sum.
     """
 
-    def __init__(self, h: torch.Tensor, group_rows: int):
+    def __init__(self, h: torch.Tensor, group_rows: int, packed: bool):
         d, dtype = h.shape[1], product_dtype(h)
         self.sources = memory.empty((h.shape[0], 2 * d), dtype=dtype, device=h.device)
-        # the gate factors exp(-query) the CPU kernel reads with each source's value
-        self.source_factors = memory.empty((h.shape[0], d), dtype=dtype, device=h.device) if (
-            h.device.type == "cpu" and native.kernel() is not None) else None
+        # the sources' gate factors and values by column blocks, which the CPU kernel reads
+        self.source_slab = memory.empty(native.packed_shape(h.shape[0], d, dtype), dtype=dtype) if packed else None
         self.destinations = memory.empty((group_rows, 2 * d), dtype=dtype, device=h.device)
         low = dtype != h.dtype
         self._cast = memory.empty(h.shape, dtype=dtype, device=h.device) if low else None

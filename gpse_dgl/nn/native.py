@@ -11,7 +11,8 @@ The gate is computed as ``1 / (1 + exp(-k[v]) exp(-q[u]))`` from factors compute
 flagged and their edges take ``sigmoid(k + q)`` itself (``csrc/gated_sum.cpp``). A destination with more
 than 16,384 in-edges (a virtual node has one from every node) is summed by every thread, in pieces of 4,096
 edges fixed by its edge count, so the result does not depend on the number of threads. Layer-wise inference
-computes a layer's source factors once (:func:`precompute_factors`).
+on large graphs packs a layer's sources once and sums by column blocks that stay in the cache
+(:func:`pack_sources`, :func:`packed_gated_sum`, ``csrc/gated_sum_packed.cpp``).
 
 ``csrc/dropout.cpp`` draws dropout masks from a counter-based generator, thread-parallel and vectorised
 (:mod:`gpse_dgl.nn.dropout`; torch's CPU dropout draws them one element at a time). ``csrc/residual.cpp``
@@ -41,21 +42,22 @@ import sys
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch.autograd.graph import increment_version
 
 from .._private import tensor_version
 from ..utils import memory
 
-__all__ = ["GatedCSR", "accumulates_in_place", "describe", "factors", "kernel", "precompute_factors",
-           "native_gated_sum", "supports"]
+__all__ = ["GatedCSR", "PackedSources", "accumulates_in_place", "describe", "factors", "kernel",
+           "native_gated_sum", "pack_sources", "packed_gated_sum", "packed_shape", "supports"]
 
 _CSRC = Path(__file__).parent / "csrc"
 #: The extension's sources (one module; ``native.h`` declares what ``bindings.cpp`` binds).
-SOURCES = [_CSRC / "bindings.cpp", _CSRC / "gated_sum.cpp", _CSRC / "dropout.cpp", _CSRC / "residual.cpp"]
-_HEADERS = [_CSRC / "native.h", _CSRC / "splitmix64.h"]
+SOURCES = [_CSRC / "bindings.cpp", _CSRC / "gated_sum.cpp", _CSRC / "gated_sum_packed.cpp",
+           _CSRC / "dropout.cpp", _CSRC / "residual.cpp"]
+_HEADERS = [_CSRC / "native.h", _CSRC / "gated_sum.h", _CSRC / "splitmix64.h"]
 #: Compiler flags: the machine's own vector instructions (the build is per machine), and fast math so
 #: that the edge loop vectorises (min/max without NaN cases, reassociated arithmetic); the kernel's exp is
 #: its own polynomial, accurate to float32's rounding, so results stay within the fp32 contract.
@@ -187,9 +189,6 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
     then computed once per layer. Training does not keep them (they would live as long as the saved
     activations), nor does inference mode (its tensors have no version counter).
     """
-    current = _current_factors(x)
-    if current is not None:
-        return current
     keep = keep and not x.is_inference()
     kept = _kept.get("tensor")
     if keep and kept is not None and kept() is x and _kept["version"] == tensor_version(x):
@@ -208,70 +207,53 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
 _kept: dict = {}
 
 
-def precompute_factors(x: torch.Tensor, out: torch.Tensor) -> None:
-    """Compute the gate factors ``exp(-x)`` of the rows of ``x`` once, into ``out`` (a buffer of ``x``'s shape and
-    dtype that the caller keeps, from layer to layer say): :func:`factors` of ``x`` (or of another view of the same
-    rows) returns them with the flags while nothing has written to ``x`` or ``out`` since. A flagged row's factors
-    are not written (its edges take the direct form, from ``x``).
+@dataclass(frozen=True)
+class PackedSources:
+    """One layer's sources packed for :func:`packed_gated_sum` by :func:`pack_sources`: ``slab`` holds, for each
+    block of 64 bytes of columns (16 float32 or 32 bf16), every source's gate factors ``exp(-q)`` and value in one
+    128-byte record (``q`` itself for a flagged row); ``flags`` has one uint8 per row, as :func:`factors`;
+    ``query`` are the rows packed (read by the direct form). The slab is a copy: pack again after writing to the
+    queries or values."""
 
-    Layer-wise inference aggregates each chunk of destinations with one layer's queries: their factors are
-    computed once per layer into one buffer for the whole encode, where :func:`factors` would allocate (and
-    fault in) a buffer of hundreds of MB per layer. The factors stay beside the queries, not over them next to
-    the values: one ``[factors | value]`` row per edge was no faster (``benchmarks/RESULTS.md``, section 6).
+    query: torch.Tensor
+    slab: torch.Tensor
+    flags: torch.Tensor
+
+
+def packed_shape(num_rows: int, dim: int, dtype: torch.dtype) -> tuple:
+    """The shape of the slab :func:`pack_sources` fills for ``num_rows`` rows of width ``dim``:
+    ``(blocks, num_rows, 2 * lanes)`` with ``lanes`` = 64 bytes of ``dtype`` (padded past ``dim``)."""
+    return tuple(kernel().packed_shape(num_rows, dim, torch.empty((), dtype=dtype).element_size()))
+
+
+def pack_sources(query: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> PackedSources:
+    """Pack the sources of a gated sum into ``out``, a slab of :func:`packed_shape` in their dtype (kept by the
+    caller from layer to layer), for :func:`packed_gated_sum` (:func:`supports` must hold for both).
+
+    Layer-wise inference sums every destination of a large graph with one layer's sources: by rows, each edge
+    reads two rows of ``2 x d`` floats from memory (the rows are far larger than the cache); by blocks of 64
+    bytes of columns, one block's records of every source fit in the last-level cache while all the edges read
+    them (``csrc/gated_sum_packed.cpp``).
     """
-    global _precomputed
-    if not supports(x, out) or out.shape != x.shape or _overlap(x, out):
-        raise ValueError("precompute_factors needs float32 or bfloat16 rows on the CPU, the compiled kernels, and "
-                         "a buffer of their shape and dtype of its own")
-    if x.is_inference() or out.is_inference():
-        raise ValueError("precompute_factors needs tensors with version counters (not made in inference mode)")
-    flags = torch.empty(x.shape[0], dtype=torch.uint8)
-    kernel().factors(x, out, flags)
-    increment_version(out)  # written through its pointer: counted as an in-place op counts it
-    # one new record swapped in whole: a reader on another thread sees the old one or the new one
-    _precomputed = {"source": weakref.ref(x), "rows": _rows_key(x), "version": tensor_version(x),
-                    "factors": weakref.ref(out), "factors_version": tensor_version(out), "flags": flags}
+    if (not supports(query, value) or out.device.type != "cpu" or out.dtype != query.dtype
+            or out.shape != packed_shape(query.shape[0], query.shape[1], query.dtype)):
+        raise ValueError("pack_sources needs float32 or bfloat16 rows on the CPU, the compiled kernels, and a slab "
+                         "of packed_shape() in their dtype")
+    flags = torch.empty(query.shape[0], dtype=torch.uint8)
+    kernel().pack(query, value, out, flags)
+    return PackedSources(query, out, flags)
 
 
-def _current_factors(x: torch.Tensor):
-    """``(factors, flags)`` that :func:`precompute_factors` computed for the rows of ``x``, if still current."""
-    record = _precomputed
-    source = record.get("source")
-    source = source() if source is not None else None
-    if source is None or x.is_inference() or _rows_key(x) != record["rows"]:
-        return None
-    # the version of x (views of one tensor share its counter) and of the source itself (a tensor over the same
-    # memory with a counter of its own, from numpy say, would not see the source's writes)
-    if tensor_version(x) != record["version"] or tensor_version(source) != record["version"]:
-        return None
-    factor = record["factors"]()
-    if factor is None or tensor_version(factor) != record["factors_version"]:
-        return None
-    return factor, record["flags"]
+def packed_gated_sum(indptr: torch.Tensor, index: torch.Tensor, key: torch.Tensor, sources: PackedSources,
+                     out: torch.Tensor) -> None:
+    """``out[v] += sum_{e = (u, v)} sigmoid(key[v] + q[u]) * value[u]`` from packed sources, without autograd.
 
-
-def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the memory spans of two non-empty tensors intersect."""
-    if not a.numel() or not b.numel():
-        return False
-    (a0, a1), (b0, b1) = _span(a), _span(b)
-    return a0 < b1 and b0 < a1
-
-
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    """``[first, last + 1)`` byte addresses of a non-empty tensor's elements."""
-    last = sum((n - 1) * stride for n, stride in zip(t.shape, t.stride()))
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
-
-
-def _rows_key(x: torch.Tensor) -> tuple:
-    return x.device, x.dtype, x.data_ptr(), tuple(x.shape), tuple(x.stride())
-
-
-#: What :func:`precompute_factors` last computed, for one source at a time. The source and the factors are held
-#: weakly: they live as long as their owners keep them, and while the source lives its memory is not reused,
-#: so the rows it is matched by are its own.
-_precomputed: dict = {}
+    ``indptr``/``index``: the in-edges by destination (CSR, int64: ``index[indptr[v]:indptr[v + 1]]`` are the
+    sources of destination ``v``); ``key``: the destinations' gates, in the sources' dtype; ``out``: float32
+    with contiguous rows (a column slice included), added to in place. The sums agree with
+    :func:`native_gated_sum`'s to float rounding (the same arithmetic, edges in the same order).
+    """
+    kernel().packed_forward(indptr, index, key, sources.query, sources.slab, sources.flags, out)
 
 
 def _forget() -> None:

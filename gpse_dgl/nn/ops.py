@@ -344,21 +344,12 @@ def _gated_sum_backend(backend, device) -> str:
     return "torch" if backend == "auto" else resolve_backend(backend, device)
 
 
-def precompute_source_factors(src_gate: torch.Tensor, src_feat: torch.Tensor, out: torch.Tensor | None) -> bool:
-    """Prepare ``src_gate`` for many :func:`gated_sum` calls without autograd that read it as their source gate
-    (layer-wise inference: one per chunk of destinations): where the compiled CPU kernel runs them, the gate
-    factors of its rows are computed once, into ``out``, a buffer of its shape and dtype kept by the caller
-    (:func:`gpse_dgl.nn.native.precompute_factors`). Returns whether it did. Each call would otherwise take
-    factors computed once per tensor into a new buffer of its size. Without ``out`` nothing is done.
-    """
-    if out is None or src_gate.is_inference() or out.is_inference():  # no version counters to keep them by
-        return False
-    if torch.is_grad_enabled() and (src_gate.requires_grad or src_feat.requires_grad):
-        return False
-    if _gated_sum_backend(None, src_feat.device) != "torch" or not native.supports(src_gate, src_feat, out):
-        return False
-    native.precompute_factors(src_gate, out)
-    return True
+def packs_sources(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether :func:`gated_sum` without autograd runs the compiled CPU kernel for rows of ``dtype`` on ``device``,
+    so that a caller summing many destinations with the same sources (layer-wise inference) can pack them once
+    and sum by column blocks instead (:func:`gpse_dgl.nn.native.pack_sources`): the same sums."""
+    return (torch.device(device).type == "cpu" and dtype in (torch.float32, torch.bfloat16)
+            and _gated_sum_backend(None, torch.device(device)) == "torch" and native.kernel() is not None)
 
 
 def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=None, out=None):

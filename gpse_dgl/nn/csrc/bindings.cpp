@@ -8,6 +8,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forward", &gated_sum_forward, "gated sum, forward (adds into out)");
   m.def("grad_key", &gated_sum_grad_key, "gated sum, gradient of the destination gate");
   m.def("grad_source", &gated_sum_grad_source, "gated sum, gradients of the source gate and value");
+  m.def("packed_shape", &gated_sum_packed_shape, "the shape of the slab pack writes (blocks, rows, 2 * lanes)");
+  m.def("pack", &gated_sum_pack, "the sources' factors and values packed by column blocks, and their flags");
+  m.def("packed_forward", &gated_sum_packed_forward, "gated sum by column blocks of a packed slab (adds into out)");
   m.def("dropout_noise", &dropout_noise, "dropout noise: 0 or 1 / (1 - p) per element, a function of (seed, index)");
   m.def("residual_forward", &residual_forward, "out = h + normalize(relu(dropout(z))) row by row");
   m.def("residual_backward", &residual_backward, "gradient of z through the residual step");

@@ -5,6 +5,7 @@
 
 #include <cstdarg>
 #include <cstdio>
+#include <vector>
 
 namespace gpse_native {
 
@@ -32,6 +33,12 @@ void gated_sum_grad_key(at::Tensor indptr, at::Tensor index, at::Tensor k, at::T
 void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
                            at::Tensor ek, at::Tensor k_flag, at::Tensor grad_out, at::Tensor grad_q,
                            at::Tensor grad_val);
+
+// gated_sum_packed.cpp: the gated sum by column blocks of a packed slab, for inference on large graphs
+std::vector<int64_t> gated_sum_packed_shape(int64_t n, int64_t d, int64_t element_size);
+void gated_sum_pack(at::Tensor q, at::Tensor val, at::Tensor slab, at::Tensor flag);
+void gated_sum_packed_forward(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor slab,
+                              at::Tensor q_flag, at::Tensor out);
 
 // dropout.cpp: dropout noise from a counter-based generator
 void dropout_noise(int64_t seed, double p, at::Tensor out);
