@@ -88,6 +88,20 @@ def test_layerwise_equals_full_forward(mid_graph, chunk_edges, path, monkeypatch
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
 
 
+def test_layerwise_leaves_packing_when_memory_is_short(mid_graph, monkeypatch):
+    """The packed path takes a slab as large as the sources and larger row groups: with less than twice that
+    available, the chunks of the row kernel run, with the same encodings."""
+    from gpse_dgl.nn import native
+    from gpse_dgl.utils import memory
+
+    model = _model()
+    x = torch.randn(mid_graph.num_nodes(), model.dim_in)
+    expected = layerwise_forward(model, mid_graph, x)
+    monkeypatch.setattr(memory, "available_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(native, "pack_sources", lambda *args, **kwargs: pytest.fail("packed with no memory"))
+    torch.testing.assert_close(layerwise_forward(model, mid_graph, x), expected, rtol=0, atol=1e-5)
+
+
 def test_layerwise_batched_and_without_virtual_node():
     graphs = [_graph(n, 3 * n, seed=n) for n in (5, 40, 300)]
     batch = dgl.batch(graphs)

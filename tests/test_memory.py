@@ -2,6 +2,9 @@
 is given before anything is written, and never changes what the buffer holds."""
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 import torch
 
@@ -41,3 +44,13 @@ def test_values_written_to_an_advised_buffer_read_back():
     buf = memory.empty(data.shape)
     buf.copy_(data)
     assert torch.equal(buf, data)
+
+
+def test_available_bytes_reads_meminfo():
+    """MemAvailable on Linux (a positive count of bytes below the machine's total), None elsewhere."""
+    free = memory.available_bytes()
+    if not sys.platform.startswith("linux"):
+        assert free is None
+        return
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    assert isinstance(free, int) and 0 < free <= total

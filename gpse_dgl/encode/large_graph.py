@@ -16,7 +16,8 @@ Exact layer-wise inference (:func:`layerwise_forward`)
     CPU kernel's path the sources are also packed once per layer into a slab of the same size
     (:func:`~gpse_dgl.nn.native.pack_sources`) and each group of destinations (up to 1 GiB of their
     buffers) is summed from it block of columns by block (:func:`~gpse_dgl.nn.native.packed_gated_sum`):
-    for ogbn-arxiv (169,343 nodes, d = 512, float32) about 2.4 GB in all. Elsewhere the destinations are
+    for ogbn-arxiv (169,343 nodes, d = 512, float32) about 2.4 GB in all. Where the slab and those groups
+    would take more than half the memory still available, and on other devices, the destinations are
     taken in chunks of at most ``chunk_edges`` in-edges, whose gates take ``chunk_edges x d`` floats; a node
     whose in-degree exceeds the chunk budget (the virtual node has in-degree N) has its in-edges aggregated
     in several pieces. The result equals the module's full forward up to float rounding (tests: 1e-5).
@@ -178,8 +179,7 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
         raise ValueError(f"chunk_edges must be >= 1, got {chunk_edges}")
     _check_eval(encoder)
     n = g.num_nodes()
-    # on the CPU kernel's path each layer's sources are packed once and summed by column blocks
-    packed = packs_sources(x.device, product_dtype(x))
+    packed = _packs_sources(x, g.num_nodes(), encoder.dim_hidden)
     src, dst, total = virtual_node_edges(g, encoder.virtual_node)
     chunks, (indptr, index) = _plan_chunks(src, dst, total, chunk_edges, blocks=not packed)
     del src, dst
@@ -216,6 +216,18 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
         if mine is not chunks:
             _exchange_rows(h, chunks)
     return encoder.output_stage(h[:n])
+
+
+def _packs_sources(x: torch.Tensor, rows: int, dim: int) -> bool:
+    """Whether each layer's sources are packed once and summed by column blocks (the CPU kernel's path): where the
+    kernel runs, and the slab and the larger row groups it brings take at most half the memory still available
+    (else the chunks of the row kernel run, which need less)."""
+    dtype = product_dtype(x)
+    if not packs_sources(x.device, dtype):
+        return False
+    extra = 2 * rows * dim * dtype.itemsize + PACKED_GROUP_BYTES
+    free = memory.available_bytes()
+    return free is None or 2 * extra <= free
 
 
 def _group_rows(h: torch.Tensor, packed: bool) -> int:

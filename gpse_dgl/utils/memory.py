@@ -28,7 +28,7 @@ import sys
 
 import torch
 
-__all__ = ["HUGE_PAGE_BYTES", "MIN_ADVISED_BYTES", "empty", "huge_pages_available"]
+__all__ = ["HUGE_PAGE_BYTES", "MIN_ADVISED_BYTES", "available_bytes", "empty", "huge_pages_available"]
 
 HUGE_PAGE_BYTES = 1 << 21
 #: Smaller buffers are left alone: glibc serves them from its heap (up to 32 MiB), whose pages outlive the
@@ -76,3 +76,16 @@ def empty(shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tenso
     if last > first:
         madvise(first, last - first, _MADV_HUGEPAGE)  # a refusal (EINVAL on old kernels) only costs speed
     return tensor
+
+
+def available_bytes() -> int | None:
+    """The memory the OS can still give this process without swapping (``MemAvailable`` of ``/proc/meminfo``),
+    or None where that is not known (another OS)."""
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
