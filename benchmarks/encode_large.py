@@ -121,7 +121,8 @@ def run_one(args) -> dict:
 
 def _parts(model, graph, args) -> dict:
     """Seconds of the products alone and of the edges alone for the whole encode (one layer's worth of
-    each over every node / edge, times the layers), and the source-row bytes the fused kernel reads per edge."""
+    each over every node / edge, times the layers), and the bytes of source data the fused kernel reads per edge (two
+    rows; packed, the same bytes in one record per block of columns, mostly from the cache)."""
     import torch
 
     from gpse_dgl.nn.gated_conv import product_dtype
@@ -298,7 +299,7 @@ def _format(r: dict) -> str:
         time_part = f"{r['seconds']} s ({r['nodes_per_s']:,} nodes/s)"
         if "products_s" in r:
             time_part += (f" [products alone {r['products_s']} s, edges alone {r['edges_s']} s, "
-                          f"{r['row_bytes_per_edge']:,} B of source rows per edge]")
+                          f"{r['row_bytes_per_edge']:,} B of source data read per edge]")
         if "fanouts" in r:
             time_part += f" (fan-outs {r['fanouts']}, {r['sample_batch_size']:,} seeds per batch)"
     return (f"{head}{time_part}; CPU time {r['cpu_s']} s; peak RSS {r['peak_rss_gb']} GB "

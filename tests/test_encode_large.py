@@ -74,23 +74,48 @@ def test_chunk_plan_covers_every_edge_once(mid_graph):
 def test_layerwise_equals_full_forward(mid_graph, chunk_edges, path, monkeypatch):
     """Both paths of the layer-wise loop: packed sources summed by column blocks (the CPU kernel's; all rows in
     one group, or groups of at most 700 rows) and gated sums over chunks of DGL blocks (other devices, backends)."""
+    from gpse_dgl.nn import native
+
     if path != "blocks" and not large_graph.packs_sources(torch.device("cpu"), torch.float32):
         pytest.skip("the compiled kernels are not available")
-    if path == "blocks":
-        monkeypatch.setattr(large_graph, "packs_sources", lambda device, dtype: False)
-    if path == "packed in groups":
-        monkeypatch.setattr(large_graph, "_group_rows", lambda h, packed: 700)
+    if path != "packed":  # None: the row kernel's chunks
+        rows = 700 if path == "packed in groups" else None
+        monkeypatch.setattr(large_graph, "_packed_group_rows", lambda x, total, dim: rows)
+    packs = []
+    pack = native.pack_sources
+    monkeypatch.setattr(native, "pack_sources", lambda *args, **kwargs: packs.append(1) or pack(*args, **kwargs))
     model = _model()
     x = torch.randn(mid_graph.num_nodes(), model.dim_in)
     with torch.no_grad():
         expected = model(mid_graph, x)
     got = encode_large(model, mid_graph, x=x, chunk_edges=chunk_edges)
     torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+    assert len(packs) == (0 if path == "blocks" else model.num_layers)  # the path asked for ran
+
+
+def test_packed_groups_follow_the_memory_available(monkeypatch):
+    """Packed sources with groups of up to 1 GiB of destination buffers where the encode's buffers fit in 80 % of
+    the memory available, groups of 32,768 rows where only those fit, the row kernel's chunks where neither does;
+    and the chunks off the CPU kernel's path."""
+    from gpse_dgl.utils import memory
+
+    x = torch.zeros(4, 4)
+    if not large_graph.packs_sources(x.device, x.dtype):
+        pytest.skip("the compiled kernels are not available")
+    rows, dim = 1_000_000, 512
+    # h, [query | value] and the slab (d a multiple of 16 lanes: no padding), 4 bytes each
+    fixed = rows * dim * 4 * 5
+    large = max(large_graph.MAX_CHUNK_NODES, large_graph.PACKED_GROUP_BYTES // (dim * 8))
+    for free, expected in [(None, large), (2 * fixed, large), (int((fixed + 40_000 * dim * 8) / 0.8), 32_768),
+                           (fixed, None)]:
+        monkeypatch.setattr(memory, "available_bytes", lambda: free)
+        assert large_graph._packed_group_rows(x, rows, dim) == expected, free
+    monkeypatch.setattr(memory, "available_bytes", lambda: None)
+    assert large_graph._packed_group_rows(x.half(), rows, dim) is None  # fp16 rows: not the kernel's
 
 
 def test_layerwise_leaves_packing_when_memory_is_short(mid_graph, monkeypatch):
-    """The packed path takes a slab as large as the sources and larger row groups: with less than twice that
-    available, the chunks of the row kernel run, with the same encodings."""
+    """With too little memory for packed sources the row kernel's chunks run, with the same encodings."""
     from gpse_dgl.nn import native
     from gpse_dgl.utils import memory
 

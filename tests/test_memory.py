@@ -54,3 +54,17 @@ def test_available_bytes_reads_meminfo():
         return
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert isinstance(free, int) and 0 < free <= total
+
+
+def test_a_cgroup_limit_lowers_the_memory_available(tmp_path, monkeypatch):
+    """In a container the cgroup's limit less its use counts where it is below MemAvailable; "max" is no limit."""
+    limit, usage = tmp_path / "memory.max", tmp_path / "memory.current"
+    monkeypatch.setattr(memory, "_CGROUP_FILES", ((str(limit), str(usage)),))
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: 8 << 30)
+    usage.write_text("1073741824\n")
+    limit.write_text("3221225472\n")
+    assert memory.available_bytes() == 2 << 30
+    limit.write_text("max\n")
+    assert memory.available_bytes() == 8 << 30
+    monkeypatch.setattr(memory, "_meminfo_available", lambda: None)
+    assert memory.available_bytes() is None

@@ -232,14 +232,15 @@ def test_packed_sums_add_into_column_slices():
 
 
 @needs_kernel
-def test_packed_hub_is_summed_in_fixed_pieces():
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_packed_hub_is_summed_in_fixed_pieces(dtype):
     """A hub (here 40,000 in-edges) is summed in the row kernel's fixed pieces: the same bits on 1 and 2 threads."""
     gen = torch.Generator().manual_seed(11)
     n = 40_000
     src = torch.cat([torch.arange(1, n), torch.randint(0, n, (5_000,), generator=gen)])
     dst = torch.cat([torch.zeros(n - 1, dtype=torch.int64), torch.randint(1, n, (5_000,), generator=gen)])
     graph = dgl.graph((src, dst), num_nodes=n)
-    k, q, v = (torch.randn(n, 40, generator=gen) for _ in range(3))
+    k, q, v = (torch.randn(n, 40, generator=gen).to(dtype) for _ in range(3))
     q[::7, 0] = -60.0
     threads = torch.get_num_threads()
     try:
@@ -252,6 +253,30 @@ def test_packed_hub_is_summed_in_fixed_pieces():
     assert torch.equal(sums[0], sums[1])
     rows = native.native_gated_sum(graph, k, q, v)
     torch.testing.assert_close(sums[0], rows, atol=1e-6 * float(rows.abs().max()), rtol=1e-6)
+
+
+@needs_kernel
+def test_packed_sums_refuse_a_malformed_csr():
+    """The packed sum takes its CSR from the caller: offsets that do not run from 0 to the number of edges or that
+    decrease, a source out of range, and sums into overlapping rows raise instead of reading outside the slab."""
+    q, v, k = torch.randn(4, 16), torch.randn(4, 16), torch.randn(3, 16)
+    sources = native.pack_sources(q, v, out=torch.empty(native.packed_shape(4, 16, torch.float32)))
+    good = torch.tensor([0, 2, 3, 4]), torch.tensor([1, 3, 0, 2])
+    out = torch.zeros(3, 16)
+    native.packed_gated_sum(*good, k, sources, out)
+    cases = [
+        ("from 0 to the number of edges", torch.tensor([0, 2, 3, 9]), good[1]),
+        ("not decrease", torch.tensor([0, 3, 2, 4]), good[1]),
+        (r"in \[0, 4\)", good[0], torch.tensor([1, 3, 4, 2])),
+        (r"in \[0, 4\)", good[0], torch.tensor([1, -1, 0, 2])),
+    ]
+    for message, indptr, index in cases:
+        with pytest.raises(RuntimeError, match=message):
+            native.packed_gated_sum(indptr, index, k, sources, out)
+    with pytest.raises(ValueError, match="do not overlap"):
+        native.packed_gated_sum(*good, k, sources, torch.zeros(1, 16).expand(3, 16))
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        native.packed_shape(4, 16, torch.float64)
 
 
 def test_packing_is_refused_off_its_path(monkeypatch):
@@ -270,6 +295,8 @@ def test_packing_is_refused_off_its_path(monkeypatch):
     monkeypatch.delenv("GPSE_DGL_BACKEND")
     monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
     assert not ops.packs_sources(torch.device("cpu"), torch.float32)
+    with pytest.raises(RuntimeError, match="turned off by the test"):
+        native.packed_shape(6, 4, torch.float32)
 
 
 @needs_kernel

@@ -7,7 +7,8 @@ nodes; the virtual node of each member graph (``docs/PSE.md``, "Model") is added
 :meth:`~gpse_dgl.nn.gpse.GPSE.output_stage`) and the convolution's
 :meth:`~gpse_dgl.nn.gated_conv.ResGatedConv.source_projections` /
 :meth:`~gpse_dgl.nn.gated_conv.ResGatedConv.destination_projections` with
-:func:`~gpse_dgl.nn.ops.gated_sum`; only the loop over nodes is theirs.
+:func:`~gpse_dgl.nn.ops.gated_sum` (layer-wise on the CPU: the same sum by
+:func:`~gpse_dgl.nn.native.packed_gated_sum`); only the loop over nodes is theirs.
 
 Exact layer-wise inference (:func:`layerwise_forward`)
     Layer ``l`` is computed for every node before layer ``l + 1`` starts, so only the current state
@@ -16,11 +17,12 @@ Exact layer-wise inference (:func:`layerwise_forward`)
     CPU kernel's path the sources are also packed once per layer into a slab of the same size
     (:func:`~gpse_dgl.nn.native.pack_sources`) and each group of destinations (up to 1 GiB of their
     buffers) is summed from it block of columns by block (:func:`~gpse_dgl.nn.native.packed_gated_sum`):
-    for ogbn-arxiv (169,343 nodes, d = 512, float32) about 2.4 GB in all. Where the slab and those groups
-    would take more than half the memory still available, and on other devices, the destinations are
-    taken in chunks of at most ``chunk_edges`` in-edges, whose gates take ``chunk_edges x d`` floats; a node
-    whose in-degree exceeds the chunk budget (the virtual node has in-degree N) has its in-edges aggregated
-    in several pieces. The result equals the module's full forward up to float rounding (tests: 1e-5).
+    for ogbn-arxiv (169,343 nodes, d = 512, float32) about 2.4 GB in all; where that would not fit in the
+    memory available, groups of 32,768 rows. Where even those would not fit, and on other devices, the
+    destinations are taken in chunks of at most ``chunk_edges`` in-edges, whose gates take
+    ``chunk_edges x d`` floats; a node whose in-degree exceeds the chunk budget (the virtual node has
+    in-degree N) has its in-edges aggregated in several pieces (the CPU kernel then computes the sources'
+    gate factors once per layer, into a new ``N x d`` buffer). The result equals the module's full forward up to float rounding (tests: 1e-5).
 
 Neighbour-sampled inference (:func:`sampled_forward`)
     DGL's :class:`~dgl.dataloading.MultiLayerNeighborSampler` draws, for each batch of seed nodes, up to
@@ -52,6 +54,7 @@ torch.Size([3, 8])
 from __future__ import annotations
 
 import contextlib
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -80,8 +83,10 @@ DEFAULT_CHUNK_EDGES = 1 << 17
 # Destination nodes per chunk bound the key/skip/aggregate temporaries (3 x nodes x d floats).
 MAX_CHUNK_NODES = 1 << 15
 DEFAULT_FANOUTS = (30, 20, 10, 5)
-# With packed sources (the CPU kernel) the destination buffers of a group may take this many bytes.
+# Packed sources: a group's destination buffers may take this many bytes (each group reads every block of the
+# slab from memory once, so fewer groups move less), and the encode's buffers this share of the memory available.
 PACKED_GROUP_BYTES = 1 << 30
+MEMORY_FRACTION = 0.8
 
 
 def virtual_node_edges(g: dgl.DGLGraph, virtual: bool = True) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -179,8 +184,9 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
         raise ValueError(f"chunk_edges must be >= 1, got {chunk_edges}")
     _check_eval(encoder)
     n = g.num_nodes()
-    packed = _packs_sources(x, g.num_nodes(), encoder.dim_hidden)
     src, dst, total = virtual_node_edges(g, encoder.virtual_node)
+    group_rows = _packed_group_rows(x, total, encoder.dim_hidden)
+    packed = group_rows is not None
     chunks, (indptr, index) = _plan_chunks(src, dst, total, chunk_edges, blocks=not packed)
     del src, dst
     mine = _my_chunks(chunks) if shard else chunks
@@ -189,7 +195,7 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
     for chunk in chunks:
         h[chunk.start:chunk.stop] = encoder.input_stage(x_all[chunk.start:chunk.stop])
     del x_all
-    groups = _row_groups(mine, _group_rows(h, packed))
+    groups = _row_groups(mine, group_rows or MAX_CHUNK_NODES)
     edges = [_group_edges(indptr, index, group) for group in groups] if packed else [None] * len(groups)
     del indptr, index
     buffers = _LayerBuffers(h, max((group[-1].stop - group[0].start for group in groups), default=0), packed)
@@ -218,27 +224,23 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
     return encoder.output_stage(h[:n])
 
 
-def _packs_sources(x: torch.Tensor, rows: int, dim: int) -> bool:
-    """Whether each layer's sources are packed once and summed by column blocks (the CPU kernel's path): where the
-    kernel runs, and the slab and the larger row groups it brings take at most half the memory still available
-    (else the chunks of the row kernel run, which need less)."""
+def _packed_group_rows(x: torch.Tensor, rows: int, dim: int) -> int | None:
+    """Destination rows per group with packed sources: up to :data:`PACKED_GROUP_BYTES` of their buffers, else
+    :data:`MAX_CHUNK_NODES`, whichever fits in :data:`MEMORY_FRACTION` of the memory available with the encode's
+    other buffers; None (the row kernel's chunks) where neither does, or off the CPU kernel's path."""
     dtype = product_dtype(x)
     if not packs_sources(x.device, dtype):
-        return False
-    extra = 2 * rows * dim * dtype.itemsize + PACKED_GROUP_BYTES
+        return None
+    low = dtype != x.dtype
+    slab = math.prod(native.packed_shape(rows, dim, dtype)) * dtype.itemsize
+    # h, the sources' [query | value], the slab, and under autocast the cast of h
+    fixed = rows * dim * (x.dtype.itemsize + 2 * dtype.itemsize + (dtype.itemsize if low else 0)) + slab
+    row_bytes = dim * (2 * dtype.itemsize + (x.dtype.itemsize if low else 0))  # [key | skip], the float32 sums
     free = memory.available_bytes()
-    return free is None or 2 * extra <= free
-
-
-def _group_rows(h: torch.Tensor, packed: bool) -> int:
-    """Most destination rows per group: :data:`MAX_CHUNK_NODES`, and with packed sources as many as
-    :data:`PACKED_GROUP_BYTES` of destination buffers hold (each group reads every block of the slab from memory
-    once, so fewer groups move less)."""
-    if not packed:
-        return MAX_CHUNK_NODES
-    dtype = product_dtype(h)
-    row_bytes = h.shape[1] * (2 * dtype.itemsize + (h.dtype.itemsize if dtype != h.dtype else 0))
-    return max(MAX_CHUNK_NODES, PACKED_GROUP_BYTES // row_bytes)
+    for group_rows in (max(MAX_CHUNK_NODES, PACKED_GROUP_BYTES // row_bytes), MAX_CHUNK_NODES):
+        if free is None or fixed + min(group_rows, rows) * row_bytes <= MEMORY_FRACTION * free:
+            return group_rows
+    return None
 
 
 def _group_edges(indptr: torch.Tensor, index: torch.Tensor, group: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -269,17 +271,14 @@ class _LayerBuffers:
     instead of once per layer and chunk, where each fresh buffer of hundreds of MB would be mapped
     and zeroed page by page again.
 
-    ``sources``: every node's ``[query | value]`` (``N x 2d``, product dtype), and with the CPU kernel
-    ``source_slab``, the same packed by column blocks with the queries' gate factors
-    (:func:`gpse_dgl.nn.native.pack_sources`, ``N x 2d`` again); ``destinations``: one
-    group's ``[key | skip]`` (:func:`_row_groups`); under autocast also the states cast for the products
-    and a float32 copy of a group's skip term for the sum.
+    ``sources``: every node's ``[query | value]`` (``N x 2d``, product dtype); ``source_slab``: the same packed
+    with the queries' gate factors (:func:`gpse_dgl.nn.native.pack_sources`); ``destinations``: one group's
+    ``[key | skip]``; under autocast also the states cast for the products and a float32 sum of a group.
     """
 
     def __init__(self, h: torch.Tensor, group_rows: int, packed: bool):
         d, dtype = h.shape[1], product_dtype(h)
         self.sources = memory.empty((h.shape[0], 2 * d), dtype=dtype, device=h.device)
-        # the sources' gate factors and values by column blocks, which the CPU kernel reads
         self.source_slab = memory.empty(native.packed_shape(h.shape[0], d, dtype), dtype=dtype) if packed else None
         self.destinations = memory.empty((group_rows, 2 * d), dtype=dtype, device=h.device)
         low = dtype != h.dtype

@@ -184,9 +184,9 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
     carried the rounding of ``q`` itself; both within the bf16 contract of ``tests/test_precision.py``.
 
     With ``keep`` the factors of the last tensor asked for are kept while that tensor lives and is
-    unchanged (its version counter; ``.data`` edits are not seen, as autograd does not see them):
-    layer-wise inference aggregates each chunk of destinations with the same sources, whose factors are
-    then computed once per layer. Training does not keep them (they would live as long as the saved
+    unchanged (its version counter; ``.data`` edits are not seen, as autograd does not see them): gated sums
+    over chunks of destinations with the same sources (layer-wise inference where packing its sources would
+    not fit in memory, :mod:`gpse_dgl.encode.large_graph`) compute them once per layer. Training does not keep them (they would live as long as the saved
     activations), nor does inference mode (its tensors have no version counter).
     """
     keep = keep and not x.is_inference()
@@ -223,7 +223,9 @@ class PackedSources:
 def packed_shape(num_rows: int, dim: int, dtype: torch.dtype) -> tuple:
     """The shape of the slab :func:`pack_sources` fills for ``num_rows`` rows of width ``dim``:
     ``(blocks, num_rows, 2 * lanes)`` with ``lanes`` = 64 bytes of ``dtype`` (padded past ``dim``)."""
-    return tuple(kernel().packed_shape(num_rows, dim, torch.empty((), dtype=dtype).element_size()))
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"packed sources are float32 or bfloat16, not {dtype}")
+    return tuple(_module("packed sources").packed_shape(num_rows, dim, dtype.itemsize))
 
 
 def pack_sources(query: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> PackedSources:
@@ -253,7 +255,17 @@ def packed_gated_sum(indptr: torch.Tensor, index: torch.Tensor, key: torch.Tenso
     with contiguous rows (a column slice included), added to in place. The sums agree with
     :func:`native_gated_sum`'s to float rounding (the same arithmetic, edges in the same order).
     """
-    kernel().packed_forward(indptr, index, key, sources.query, sources.slab, sources.flags, out)
+    if not accumulates_in_place(out):
+        raise ValueError("packed_gated_sum adds into float32 rows that do not overlap (a 2-D tensor, unit column stride)")
+    _module("packed_gated_sum").packed_forward(indptr, index, key, sources.query, sources.slab, sources.flags, out)
+
+
+def _module(what: str):
+    """The compiled extension, or a RuntimeError that says why ``what`` cannot run without it."""
+    module = kernel()
+    if module is None:
+        raise RuntimeError(f"{what}: the compiled CPU kernels are not available ({_state['reason']})")
+    return module
 
 
 def _forget() -> None:

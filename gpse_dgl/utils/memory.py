@@ -79,8 +79,13 @@ def empty(shape, dtype: torch.dtype = torch.float32, device=None) -> torch.Tenso
 
 
 def available_bytes() -> int | None:
-    """The memory the OS can still give this process without swapping (``MemAvailable`` of ``/proc/meminfo``),
-    or None where that is not known (another OS)."""
+    """The memory this process can still take without swapping: ``MemAvailable`` of ``/proc/meminfo``, or less
+    where a cgroup (a container) limits the process (its limit less its use); None where neither is known."""
+    known = [free for free in (_meminfo_available(), _cgroup_available()) if free is not None]
+    return min(known) if known else None
+
+
+def _meminfo_available() -> int | None:
     try:
         with open("/proc/meminfo") as fh:
             for line in fh:
@@ -88,4 +93,24 @@ def available_bytes() -> int | None:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
+    return None
+
+
+#: (limit, usage) files of cgroup v2, then v1; a limit of "max" (v2) or beyond the machine's memory (v1) is none.
+_CGROUP_FILES = (("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+                 ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"))
+
+
+def _cgroup_available() -> int | None:
+    for limit_file, usage_file in _CGROUP_FILES:
+        try:
+            with open(limit_file) as fh:
+                limit = fh.read().strip()
+            with open(usage_file) as fh:
+                usage = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= (1 << 60):
+            return None
+        return max(0, int(limit) - usage)
     return None

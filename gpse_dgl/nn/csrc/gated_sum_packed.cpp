@@ -159,6 +159,23 @@ void packed_forward_kernel(const int64_t* indptr, const int64_t* index, Rows<T> 
   }
 }
 
+// The CSR is taken from the caller as it is (not built from a graph, as the row kernel's): its offsets must run
+// from 0 to the number of edges without decreasing, and its sources must be rows of q, or the sums would read
+// outside the slab. One pass over the edges, small next to the sums.
+void check_csr_contents(const at::Tensor& indptr, const at::Tensor& index, int64_t n, int64_t n_src) {
+  const int64_t* ip = indptr.data_ptr<int64_t>();
+  const int64_t* ix = index.data_ptr<int64_t>();
+  gpse_native::check(ip[0] == 0 && ip[n] == index.numel(), "indptr must run from 0 to the number of edges (%lld)",
+                     static_cast<long long>(index.numel()));
+  bool ordered = true, in_range = true;
+  for (int64_t v = 0; v < n; ++v) ordered &= ip[v] <= ip[v + 1];
+  const int64_t edges = index.numel();
+#pragma omp simd reduction(&& : in_range)
+  for (int64_t e = 0; e < edges; ++e) in_range = in_range && ix[e] >= 0 && ix[e] < n_src;
+  TORCH_CHECK(ordered, "indptr must not decrease");
+  gpse_native::check(in_range, "every source index must be in [0, %lld)", static_cast<long long>(n_src));
+}
+
 void check_slab(const at::Tensor& slab, const at::Tensor& q) {
   const auto shape = gated_sum_packed_shape(q.size(0), q.size(1), q.element_size());
   gpse_native::check(slab.is_contiguous() && slab.scalar_type() == q.scalar_type() && slab.sizes() == shape,
@@ -171,6 +188,8 @@ void check_slab(const at::Tensor& slab, const at::Tensor& q) {
 
 // (blocks, n, 2 * lanes): the slab of n source rows of width d whose elements take element_size bytes.
 std::vector<int64_t> gated_sum_packed_shape(int64_t n, int64_t d, int64_t element_size) {
+  gpse_native::check(element_size == 2 || element_size == 4, "rows of 2 or 4 bytes an element (bf16, float32), not %lld",
+                     static_cast<long long>(element_size));
   const int64_t lanes = 64 / element_size;
   return {num_blocks(d, lanes), n, 2 * lanes};
 }
@@ -201,8 +220,9 @@ void gated_sum_packed_forward(at::Tensor indptr, at::Tensor index, at::Tensor k,
   check_slab(slab, q);
   TORCH_CHECK(q_flag.is_contiguous() && q_flag.scalar_type() == at::kByte && q_flag.numel() == q.size(0),
               "flags: one uint8 per source");
-  TORCH_CHECK(out.scalar_type() == at::kFloat && out.dim() == 2 && out.stride(1) == 1,
-              "out must be float32 with contiguous rows");
+  TORCH_CHECK(out.scalar_type() == at::kFloat && out.dim() == 2 && out.stride(1) == 1 && out.stride(0) >= d,
+              "out must be float32 with contiguous rows that do not overlap");
+  check_csr_contents(indptr, index, n, q.size(0));
   dispatch(k, [&](auto tag) {
     using T = decltype(tag);
     packed_forward_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q),
