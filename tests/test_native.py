@@ -472,3 +472,15 @@ def test_gradient_buffers_must_have_the_rows_dtype():
     with pytest.raises(RuntimeError, match="grad_val must be contiguous"):
         native.kernel().grad_source(*csr.by_source, rows, rows, rows, *native.factors(rows), grad_out,
                                     torch.empty(0), torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16).t())
+
+
+def test_each_environment_keeps_a_build_of_its_own(monkeypatch, tmp_path):
+    """Two environments sharing the build cache (another interpreter, another torch installation) get different
+    build names: torch would otherwise rebuild the one directory in place, silently, each time they alternate."""
+    name = native._build_name()
+    assert native._build_name() == name
+    monkeypatch.setattr(torch, "__file__", str(tmp_path / "torch" / "__init__.py"))
+    assert native._build_name() != name
+    monkeypatch.undo()
+    monkeypatch.setattr(sys.implementation, "cache_tag", "cpython-399")
+    assert native._build_name() != name

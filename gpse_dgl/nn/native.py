@@ -67,9 +67,12 @@ _state: dict = {}
 
 
 def _build_name() -> str:
-    """One build per source text, flags and torch version, so that an edit or an upgrade rebuilds."""
+    """One build per source text, flags, torch version and environment (the interpreter's ABI and where torch is
+    installed), so that an edit or an upgrade rebuilds, and two environments sharing the cache (Python 3.11 and
+    3.12, say) keep a build each: torch rebuilds in place, without a word, when a build's include paths change."""
     text = b"".join(path.read_bytes() for path in SOURCES + _HEADERS)
-    digest = hashlib.sha256(text + " ".join(CFLAGS).encode() + torch.__version__.encode())
+    environment = f"{torch.__version__} {sys.implementation.cache_tag} {Path(torch.__file__).resolve().parent}"
+    digest = hashlib.sha256(text + " ".join(CFLAGS).encode() + environment.encode())
     return f"gpse_dgl_native_{digest.hexdigest()[:12]}"
 
 
