@@ -22,7 +22,8 @@ Exact layer-wise inference (:func:`layerwise_forward`)
     destinations are taken in chunks of at most ``chunk_edges`` in-edges, whose gates take
     ``chunk_edges x d`` floats; a node whose in-degree exceeds the chunk budget (the virtual node has
     in-degree N) has its in-edges aggregated in several pieces (the CPU kernel then computes the sources'
-    gate factors once per layer, into a new ``N x d`` buffer). The result equals the module's full forward up to float rounding (tests: 1e-5).
+    gate factors once per layer, into a new ``N x d`` buffer). The result equals the module's full forward
+    up to float rounding (tests: 1e-5).
 
 Neighbour-sampled inference (:func:`sampled_forward`)
     DGL's :class:`~dgl.dataloading.MultiLayerNeighborSampler` draws, for each batch of seed nodes, up to
@@ -138,11 +139,10 @@ def _plan_chunks(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edg
         stop = int(np.searchsorted(indptr, indptr[start] + chunk_edges, side="right")) - 1
         stop = min(max(stop, start + 1), start + MAX_CHUNK_NODES, num_nodes)
         lo, hi = int(indptr[start]), int(indptr[stop])
-        pieces = range(lo, max(hi, lo + 1), chunk_edges) if blocks else ()
+        pieces = [slice(a, min(a + chunk_edges, hi)) for a in range(lo, max(hi, lo + 1), chunk_edges)] if blocks else []
         chunks.append(_Chunk(start, stop, [
-            dgl.create_block((src_sorted[piece:min(piece + chunk_edges, hi)],
-                              dst_sorted[piece:min(piece + chunk_edges, hi)] - start),
-                             num_src_nodes=num_nodes, num_dst_nodes=stop - start) for piece in pieces]))
+            dgl.create_block((src_sorted[piece], dst_sorted[piece] - start), num_src_nodes=num_nodes,
+                             num_dst_nodes=stop - start) for piece in pieces]))
         start = stop
     return chunks, (torch.from_numpy(indptr), src_sorted.contiguous())
 

@@ -189,8 +189,9 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
     With ``keep`` the factors of the last tensor asked for are kept while that tensor lives and is
     unchanged (its version counter; ``.data`` edits are not seen, as autograd does not see them): gated sums
     over chunks of destinations with the same sources (layer-wise inference where packing its sources would
-    not fit in memory, :mod:`gpse_dgl.encode.large_graph`) compute them once per layer. Training does not keep them (they would live as long as the saved
-    activations), nor does inference mode (its tensors have no version counter).
+    not fit in memory, :mod:`gpse_dgl.encode.large_graph`) compute them once per layer. Training does not
+    keep them (they would live as long as the saved activations), nor does inference mode (its tensors have
+    no version counter).
     """
     keep = keep and not x.is_inference()
     kept = _kept.get("tensor")
@@ -259,7 +260,8 @@ def packed_gated_sum(indptr: torch.Tensor, index: torch.Tensor, key: torch.Tenso
     :func:`native_gated_sum`'s to float rounding (the same arithmetic, edges in the same order).
     """
     if not accumulates_in_place(out):
-        raise ValueError("packed_gated_sum adds into float32 rows that do not overlap (a 2-D tensor, unit column stride)")
+        raise ValueError("packed_gated_sum adds into float32 rows that do not overlap "
+                         "(a 2-D tensor, unit column stride)")
     _module("packed_gated_sum").packed_forward(indptr, index, key, sources.query, sources.slab, sources.flags, out)
 
 

@@ -188,8 +188,8 @@ void check_slab(const at::Tensor& slab, const at::Tensor& q) {
 
 // (blocks, n, 2 * lanes): the slab of n source rows of width d whose elements take element_size bytes.
 std::vector<int64_t> gated_sum_packed_shape(int64_t n, int64_t d, int64_t element_size) {
-  gpse_native::check(element_size == 2 || element_size == 4, "rows of 2 or 4 bytes an element (bf16, float32), not %lld",
-                     static_cast<long long>(element_size));
+  gpse_native::check(element_size == 2 || element_size == 4,
+                     "rows of 2 or 4 bytes an element (bf16, float32), not %lld", static_cast<long long>(element_size));
   const int64_t lanes = 64 / element_size;
   return {num_blocks(d, lanes), n, 2 * lanes};
 }
