@@ -300,6 +300,12 @@ def test_pretraining_model_defaults_config_and_reset():
         GPSEForPretraining(GPSE(**SMALL), GPSEHeads(dim_in=8))
 
 
+@pytest.mark.parametrize("bad", [dict(dim_in=0), dict(dim_hidden=0), dict(num_layers=-1)])
+def test_sizes_out_of_range_are_refused(bad):
+    with pytest.raises(ValueError, match=f"GPSE {next(iter(bad))} must be at least"):
+        GPSE(**bad)
+
+
 def test_pretraining_step_reduces_loss():
     from gpse_dgl.nn.loss import gpse_loss
 

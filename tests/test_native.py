@@ -314,6 +314,23 @@ def test_source_factors_are_kept_while_the_sources_are_unchanged():
 
 
 @needs_kernel
+def test_stale_factors_are_released_before_new_ones_are_allocated(monkeypatch):
+    """Each layer of a memory-short layer-wise encode renews its sources' factors (hundreds of MB): the last
+    layer's go first, so that two buffers are never held at once."""
+    import weakref
+
+    q = torch.randn(10, 8)
+    old = weakref.ref(native.factors(q, keep=True)[0])
+    q.add_(1)
+    alive_at_allocation = []
+    allocate = native.memory.empty
+    monkeypatch.setattr(native.memory, "empty", lambda *a, **k: (alive_at_allocation.append(old() is not None),
+                                                                  allocate(*a, **k))[1])
+    native.factors(q, keep=True)
+    assert alive_at_allocation == [False]
+
+
+@needs_kernel
 def test_kept_factors_go_with_their_tensor():
     """The kept factors do not outlive the sources they belong to (a layer-wise encode's are hundreds of MB)."""
     import gc

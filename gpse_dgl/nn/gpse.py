@@ -120,6 +120,10 @@ class GPSE(nn.Module):
     def __init__(self, dim_in: int = 20, dim_hidden: int = 512, num_layers: int = 20, dropout: float = 0.2,
                  virtual_node: bool = True, learn_input_norm: bool = True, backend: str | None = None):
         super().__init__()
+        sizes = (("dim_in", dim_in, 1), ("dim_hidden", dim_hidden, 1), ("num_layers", num_layers, 0))
+        for name, value, least in sizes:
+            if int(value) < least:
+                raise ValueError(f"GPSE {name} must be at least {least}, got {value}")
         self.dim_in = int(dim_in)
         self.dim_hidden = int(dim_hidden)
         self.num_layers = int(num_layers)

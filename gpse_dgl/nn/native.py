@@ -197,11 +197,12 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
     kept = _kept.get("tensor")
     if keep and kept is not None and kept() is x and _kept["version"] == tensor_version(x):
         return _kept["factors"]
+    if keep:
+        _kept.clear()  # the stale factors go before the new ones are allocated: one buffer at a time at most
     factor = memory.empty(tuple(x.shape), dtype=x.dtype)  # read in random order, like the rows themselves
     flags = torch.empty(x.shape[0], dtype=torch.uint8)
     kernel().factors(x, factor, flags)
     if keep:
-        _kept.clear()
         _kept.update(tensor=weakref.ref(x), version=tensor_version(x), factors=(factor, flags))
         weakref.finalize(x, _forget)  # the factors go when the tensor goes
     return factor, flags
