@@ -5,8 +5,18 @@ A downstream model sees a precomputed per-node encoding ``pe`` of shape ``(N, di
 into a ``dim_pe``-wide embedding, following GPSE's ``GNNNodeEncoder``:
 
 .. math::
-    z = \mathrm{Dropout}_{out}\big(f(\mathrm{BN}(\mathrm{Dropout}_{in}(pe)))\big),\qquad
+    z = \mathrm{Dropout}_{out}\big(f(\mathrm{BN}(\mathrm{Dropout}_{in}((pe - \mu) / s)))\big),\qquad
     f \in \{\mathrm{Linear},\ \mathrm{MLP}\}
+
+where :math:`\mu, s` are fixed per-column statistics of the training split (``shift``/``scale``; none by
+default). Raw encodings are heavy-tailed and of very different scales per column (RWSE's odd steps are
+zero except on nodes of odd rings, so a column has a mean of 0.001 and rare values of 0.17); without
+fixed statistics the BatchNorm sees a different scale in every batch, and the training and evaluation
+normalisations disagree. NaN entries (padding of encodings wider than a graph) read as 0.
+
+:func:`build_pe_encoder` builds any PE encoder from its plain-dict config (``kind``: ``linear``/``mlp``
+here, ``deepset`` :class:`~gpse_dgl.nn.lap_pe_encoder.LapPEDeepSet`, ``noise``
+:class:`~gpse_dgl.nn.noise_encoder.NormalNoise`).
 
 and :class:`NodeEncoderWithPE` concatenates it to the node-feature embedding, so that
 ``dim_hidden = (dim_hidden - dim_pe) + dim_pe`` as in GraphGPS's concatenating node encoders.
@@ -57,6 +67,9 @@ class PEEncoder(nn.Module):
         Dropout on the output embedding ("output dropout").
     n_layers : int
         Number of linear layers of the MLP (ignored for ``"linear"``).
+    shift, scale : sequence of float, optional
+        Fixed per-column standardisation ``(pe - shift) / scale`` applied first (kept as buffers, so a
+        checkpoint carries them).
 
     Example
     -------
@@ -67,7 +80,7 @@ class PEEncoder(nn.Module):
     """
 
     def __init__(self, dim_in: int, dim_pe: int, model: str = "linear", batchnorm: bool = False,
-                 dropout_in: float = 0.0, dropout_out: float = 0.0, n_layers: int = 2):
+                 dropout_in: float = 0.0, dropout_out: float = 0.0, n_layers: int = 2, shift=None, scale=None):
         super().__init__()
         model = model.lower()
         if model not in PE_MODELS:
@@ -79,6 +92,10 @@ class PEEncoder(nn.Module):
         self.norm = BatchNorm1d(dim_in) if batchnorm else nn.Identity()
         self.net = nn.Linear(dim_in, dim_pe) if model == "linear" else _relu_mlp(dim_in, dim_pe, n_layers)
         self.dropout_out = Dropout(dropout_out)
+        self.standardized = shift is not None
+        if self.standardized:
+            self.register_buffer("shift", torch.as_tensor(shift, dtype=torch.float32).reshape(dim_in))
+            self.register_buffer("scale", torch.as_tensor(scale, dtype=torch.float32).reshape(dim_in))
 
     def reset_parameters(self):
         for module in self.modules():
@@ -89,7 +106,32 @@ class PEEncoder(nn.Module):
         """``(N, dim_in)`` raw encoding -> ``(N, dim_pe)``."""
         if pe.dim() != 2 or pe.shape[1] != self.dim_in:
             raise ValueError(f"PEEncoder expects a (num_nodes, {self.dim_in}) encoding, got {tuple(pe.shape)}")
+        pe = torch.nan_to_num(pe, nan=0.0) if not self.standardized else \
+            torch.nan_to_num((pe - self.shift.to(pe.dtype)) / self.scale.to(pe.dtype), nan=0.0)
         return self.dropout_out(self.net(self.norm(self.dropout_in(pe))))
+
+
+def build_pe_encoder(config: dict) -> nn.Module:
+    """A PE encoder from its plain-dict config: ``kind`` plus the class's keyword arguments.
+
+    ``kind`` ``linear``/``mlp`` is :class:`PEEncoder` (a config without ``kind``, as older checkpoints
+    hold, too), ``deepset`` :class:`~gpse_dgl.nn.lap_pe_encoder.LapPEDeepSet`, ``noise``
+    :class:`~gpse_dgl.nn.noise_encoder.NormalNoise`.
+
+    >>> build_pe_encoder({"kind": "linear", "dim_in": 20, "dim_pe": 8}).dim_pe
+    8
+    """
+    from .lap_pe_encoder import LapPEDeepSet
+    from .noise_encoder import NormalNoise
+
+    kwargs = dict(config)
+    kind = kwargs.pop("kind", kwargs.get("model", "linear"))
+    if kind in PE_MODELS:
+        return PEEncoder(**dict(kwargs, model=kind))
+    classes = {"deepset": LapPEDeepSet, "noise": NormalNoise}
+    if kind not in classes:
+        raise ValueError(f"unknown PE encoder kind {kind!r}; choose one of {PE_MODELS + tuple(classes)}")
+    return classes[kind](**kwargs)
 
 
 def _relu_mlp(dim_in: int, dim_out: int, n_layers: int) -> nn.Sequential:

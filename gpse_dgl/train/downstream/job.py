@@ -122,7 +122,7 @@ def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resum
          on_epoch_end, title: str, rundir: RunDirectory | None = None) -> tuple[dict, dict]:
     """Train one run (or read it back when it already finished); return its result and model info."""
     torch.manual_seed(derive_seed(plan.seed, "init"))
-    model, config = build_downstream_model(recipe, prepared)
+    model, config = build_downstream_model(recipe, prepared, plan.splits["train"])
     model = model.to(device)
     info = {"name": config["name"], "num_parameters": sum(p.numel() for p in model.parameters()), "config": config}
     finished = run_dir / "result.json"

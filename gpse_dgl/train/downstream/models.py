@@ -15,26 +15,33 @@ import torch
 
 from ...nn.feature_encoders import ConstantEncoder
 from ...nn.models import MODEL_REGISTRY, build_model
-from ...nn.pe_encoder import PEEncoder
+from ...nn.pe_encoder import build_pe_encoder
 from ...utils.errors import RecipeError
 from ..runtime import first_line
 from .data import Prepared
+from .pe_sources import get_source
+from .pe_sources.encoder import encoder_config
 
 
-def build_downstream_model(recipe: dict, prepared: Prepared) -> tuple[torch.nn.Module, dict]:
-    """Build the model a recipe describes for ``prepared`` data; return it and its plain config."""
-    config = model_config(recipe["model"], prepared)
+def build_downstream_model(recipe: dict, prepared: Prepared, train_index=None) -> tuple[torch.nn.Module, dict]:
+    """Build the model a recipe describes for ``prepared`` data; return it and its plain config.
+
+    ``train_index``: the training split (graphs, or nodes of a node-level dataset), whose encoding rows
+    give the PE encoder's column statistics (None: every row).
+    """
+    config = model_config(recipe["model"], prepared, train_index)
     return model_from_config(config), config
 
 
-def model_config(model_recipe: dict, prepared: Prepared) -> dict:
+def model_config(model_recipe: dict, prepared: Prepared, train_index=None) -> dict:
     """Plain-dict description of the model (stored in checkpoints; :func:`model_from_config` builds it)."""
     name = model_recipe["name"].lower()
     cls = MODEL_REGISTRY[name]
     pe = model_recipe["pe"]
-    pe_dim = prepared.table.dim if prepared.table is not None else 0
-    pe_only = pe_dim > 0 and pe["dim_pe"] == model_recipe["dim_hidden"]
-    if pe_only and prepared.node_feat is not None:
+    pe_encoder = encoder_config(pe, prepared.table, model_recipe["dim_hidden"], _train_rows(prepared, train_index))
+    in_place = get_source(pe["source"]).replaces_node_features
+    pe_only = pe_encoder is not None and (in_place or pe["dim_pe"] == model_recipe["dim_hidden"])
+    if pe_only and prepared.node_feat is not None and not in_place:
         raise RecipeError(f"model.pe.dim_pe: equal to model.dim_hidden ({pe['dim_pe']}) leaves no room for "
                           f"{prepared.dataset.name}'s node features; make it smaller")
     node_encoder, dim_in = _node_encoder(model_recipe["node_encoder"], prepared)
@@ -54,10 +61,6 @@ def model_config(model_recipe: dict, prepared: Prepared) -> dict:
                "batchnorm": model_recipe["batchnorm"], "residual": model_recipe["residual"]}
     accepted = _constructor_options(cls)
     kwargs.update({k: (None if v == "none" else v) for k, v in options.items() if k in accepted})
-    pe_encoder = None
-    if pe_dim:
-        pe_encoder = {"dim_in": pe_dim, "dim_pe": pe["dim_pe"], "model": pe["model"], "batchnorm": pe["batchnorm"],
-                      "dropout_in": pe["dropout_in"], "dropout_out": pe["dropout_out"], "n_layers": pe["layers"]}
     return {"name": name, "kwargs": kwargs, "pe_encoder": pe_encoder, "pe_only": pe_only}
 
 
@@ -69,7 +72,7 @@ def model_from_config(config: dict) -> torch.nn.Module:
     """
     kwargs = dict(config["kwargs"])
     if config["pe_encoder"] is not None:
-        encoder = PEEncoder(**config["pe_encoder"])
+        encoder = build_pe_encoder(config["pe_encoder"])
         if config["pe_only"]:
             kwargs["node_encoder"] = encoder
         else:
@@ -78,6 +81,15 @@ def model_from_config(config: dict) -> torch.nn.Module:
         return build_model(config["name"], **kwargs)
     except ValueError as exc:  # e.g. dim_pe >= dim_hidden, heads not dividing the width
         raise RecipeError(f"model: {first_line(exc)}") from None
+
+
+def _train_rows(prepared: Prepared, train_index):
+    if prepared.table is None or train_index is None:
+        return None
+    index = torch.as_tensor(train_index).long()
+    if prepared.spec.level == "node":  # one graph: the training nodes' rows
+        return prepared.table.graph(0)[index]
+    return prepared.table.gather(index.tolist())
 
 
 def _constructor_options(cls) -> set:

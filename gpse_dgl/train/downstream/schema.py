@@ -5,15 +5,9 @@ A downstream recipe has the pretraining recipe's shape (``seed``, ``device``, ``
 and a one-line description (``describe_schema(DOWNSTREAM_SCHEMA)`` lists them). The positional /
 structural encoding fed to the model is chosen by the single key ``model.pe.source``:
 
-==============  ==========================================================================================
-``none``        no encoding (the model sees the dataset's node features only)
-``random``      N(0, 1) features per node, fixed per graph by ``model.pe.random_seed``
-``LapPE``       4 absolute Laplacian eigenvectors
-``RWSE``        20 random-walk return probabilities
-``LapPE+RWSE``  both (24 columns)
-``AllPSE``      the six PSEs concatenated, graph-level ones repeated on every node (62 columns)
-``GPSE``        encodings of a pretrained GPSE (``model.pe.checkpoint``; null = the shipped model)
-==============  ==========================================================================================
+The sources and the PE encoder each gets by default are listed in :mod:`.pe_sources` (``none``,
+``rand``, ``random``, ``LapPE``, ``LapPE-abs``, ``RWSE``, ``LapPE+RWSE``, ``AllPSE``, ``GPSE``); a source
+registered there is a valid value here.
 
 Example
 -------
@@ -35,13 +29,20 @@ from ...utils.errors import RecipeError
 from ...utils.precision import PRECISION_CHOICES
 from ...utils.text import did_you_mean
 from ..mixed_precision import PRECISION_HELP
-from .features import SOURCES
+from .pe_sources import PE_SOURCE_REGISTRY, source_names
 
 __all__ = ["DOWNSTREAM_SCHEMA", "PE_SOURCES", "load_downstream_recipe", "validate_downstream_recipe",
            "default_downstream_recipe", "check_downstream_recipe"]
 
-#: Values of ``model.pe.source`` (see the module docstring): the sources :mod:`.features` computes.
-PE_SOURCES = SOURCES
+#: Values of ``model.pe.source`` when this module was imported (:mod:`.pe_sources` may register more).
+PE_SOURCES = source_names()
+
+
+def _known_source(value: str) -> str | None:
+    if value in PE_SOURCE_REGISTRY:
+        return None
+    return (f"unknown PE source {value!r}{did_you_mean(value, PE_SOURCE_REGISTRY)}; choose one of "
+            f"{', '.join(PE_SOURCE_REGISTRY)}")
 _NODE_ENCODERS = ("auto", "atom", "type", "linear", "constant")
 _EDGE_ENCODERS = ("auto", "bond", "type", "linear", "constant")
 
@@ -125,14 +126,20 @@ DOWNSTREAM_SCHEMA: dict[str, Any] = {
         "backend": Field("choice", "auto", "message passing: dgl kernels, plain torch, or auto",
                          choices=("auto", "dgl", "torch")),
         "pe": {
-            "source": Field("choice", "none", "positional/structural encoding: " + ", ".join(PE_SOURCES),
-                            choices=PE_SOURCES),
+            "source": Field("str", "none", "positional/structural encoding: " + ", ".join(PE_SOURCES),
+                            check=_known_source),
             "dim_pe": Field("int", 16, "width of the encoded PE concatenated to the node embedding; equal "
                             "to dim_hidden only for datasets without node features", minimum=1),
-            "model": Field("choice", "linear", "PE encoder network", choices=("linear", "mlp")),
+            "model": Field("choice", "auto", "PE encoder network; auto = the source's own (the authors' "
+                           "configuration: Linear for explicit PSEs, DeepSet for LapPE, MLP for GPSE)",
+                           choices=("auto", "linear", "mlp", "deepset")),
             "layers": Field("int", 2, "linear layers of the mlp PE encoder", minimum=1),
             "batchnorm": Field("bool", True, "BatchNorm on the raw encoding"),
-            "dropout_in": Field("number", 0.0, "dropout on the raw encoding", minimum=0.0, maximum=1.0),
+            "dropout_in": Field("number", None, "dropout on the raw encoding; null = the source's own (0.5 for "
+                                "GPSE, 0 otherwise)", nullable=True, minimum=0.0, maximum=1.0),
+            "standardize": Field("bool", True, "Linear / MLP encoders: standardise each raw column with the "
+                                 "training split's mean and std (std floored) before the encoder"),
+            "max_freqs": Field("int", 8, "source LapPE: eigenvectors (and eigenvalues) per node", minimum=1),
             "dropout_out": Field("number", 0.0, "dropout on the encoded PE", minimum=0.0, maximum=1.0),
             "random_dim": Field("int", 20, "source random: features per node", minimum=1),
             "random_seed": Field("int", 0, "source random: seed of the per-graph features", minimum=0),
