@@ -92,7 +92,7 @@ def test_the_base_recipe_lists_every_key():
 
 
 @pytest.mark.parametrize("override, fragment", [
-    ("model.pe.source=LapPE+", "model.pe.source: expected one of"),
+    ("model.pe.source=LapPE+", "model.pe.source: unknown PE source"),
     ("model.pe.dim_pe=999", "model.pe.dim_pe: 999 is larger than model.dim_hidden"),
     ("data.name=nope", "data.name: unknown dataset 'nope'"),
     ("model.name=gat", "model.name: unknown model 'gat'"),

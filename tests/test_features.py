@@ -38,7 +38,7 @@ def pe_section(**changes) -> dict:
     return section
 
 
-@pytest.mark.parametrize("source, width", [("none", 0), ("random", 20), ("LapPE", 4), ("RWSE", 20),
+@pytest.mark.parametrize("source, width", [("none", 0), ("random", 20), ("LapPE-abs", 4), ("RWSE", 20),
                                            ("LapPE+RWSE", 24), ("AllPSE", 62)])
 def test_widths_and_shapes(graphs, source, width):
     assert source_width(source) == width
@@ -118,9 +118,9 @@ def test_cache_written_reused_and_keyed_by_settings(graphs, tmp_path, gpse_check
 
 
 def test_float16_storage(graphs, tmp_path):
-    table, _ = load_features(graphs, "toy16", pe_section(source="LapPE", storage="float16"), cache_dir=tmp_path)
+    table, _ = load_features(graphs, "toy16", pe_section(source="LapPE-abs", storage="float16"), cache_dir=tmp_path)
     assert table.values.dtype == torch.float16
-    full = compute_features(graphs, "LapPE")
+    full = compute_features(graphs, "LapPE-abs")
     assert torch.allclose(table.values.float(), full.values, atol=1e-3)
 
 

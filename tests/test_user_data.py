@@ -178,7 +178,7 @@ def small_molecules_csv(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("source", ["none", "random", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE"])
+@pytest.mark.parametrize("source", ["none", "rand", "random", "LapPE", "LapPE-abs", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE"])
 def test_single_atom_molecules_train_with_every_pe_source(small_molecules_csv, tmp_path, source, capsys):
     """Used to end in `Expected more than 1 value per channel when training` from the PE encoder's
     BatchNorm on a batch holding one single-atom molecule."""

@@ -6,7 +6,8 @@ value is checked against the encoder kinds that can read the source's table (a s
 kind can read, such as ``rand``, takes that one whatever the key says). With
 ``model.pe.standardize`` (the default) a Linear / MLP encoder standardises each raw column with the
 training split's mean and standard deviation, floored at :data:`STD_FLOOR` so that a column that is
-constant up to rounding (RWSE's odd steps on graphs without odd cycles) is shifted, never blown up.
+constant up to rounding (RWSE's odd steps on graphs without odd cycles) is shifted, never blown up; these
+fixed statistics replace the BatchNorm on the raw encoding (``model.pe.batchnorm`` applies without them).
 :func:`gpse_dgl.nn.pe_encoder.build_pe_encoder` builds the config.
 
 Example
@@ -57,9 +58,13 @@ def encoder_config(pe: dict, table, dim_hidden: int, train_rows=None) -> dict | 
         return {"kind": "deepset", "dim_in": table.dim, "dim_pe": pe["dim_pe"],
                 "n_layers": spec.encoder.get("layers", pe["layers"]) if pe["model"] == "auto" else pe["layers"]}
     dropout_in = pe["dropout_in"] if pe["dropout_in"] is not None else spec.encoder.get("dropout_in", 0.0)
-    config = {"kind": kind, "dim_in": table.dim, "dim_pe": pe["dim_pe"], "batchnorm": pe["batchnorm"],
+    standardize = pe.get("standardize", True)
+    # fixed statistics take BatchNorm's place: a column constant in most batches (a rare ring size) has a
+    # batch variance of 0 there, so BatchNorm's running variance ends far below the column's and blows up
+    # the rare rows in evaluation (benchmarks/pe_stability.py)
+    config = {"kind": kind, "dim_in": table.dim, "dim_pe": pe["dim_pe"], "batchnorm": pe["batchnorm"] and not standardize,
               "dropout_in": dropout_in, "dropout_out": pe["dropout_out"], "n_layers": pe["layers"]}
-    if pe.get("standardize", True):
+    if standardize:
         rows = table.values if train_rows is None else train_rows
         config["shift"], config["scale"] = column_statistics(rows.float())
     return config
