@@ -9,9 +9,17 @@ Tables (``--tables``; cells are PE sources x models, every arm with the same mod
   (``zinc-replica-gine.yaml`` with ``model.name`` switched; in the paper the GINE column is the GPS rows).
 * ``solubility``: Huuskonen's measured aqueous solubility (``recipes/downstream/huuskonen-solubility.yaml``).
 
-Rows: ``none``, ``random``, ``LapPE``, ``RWSE``, ``LapPE+RWSE``, ``AllPSE``, ``GPSE`` (the shipped
+Rows: ``none``, ``rand``, ``LapPE``, ``RWSE``, ``LapPE+RWSE``, ``AllPSE``, ``GPSE`` (the shipped
 default encoder, or ``--checkpoint``), plus ``GPSE:<name>`` for every ``--gpse-extra NAME=CHECKPOINT``
-(e.g. the authors' ``molpcba`` weights when they are on disk).
+(e.g. the authors' ``molpcba`` weights when they are on disk). Each arm is fed as the paper fed it: the
+recipes' ``model.pe.model: auto`` gives every source the encoder of the GPSE authors' configuration
+(``gpse_dgl/train/downstream/pe_sources``). With ``--grid`` every arm is tuned on the same grid (input
+dropout {0, 0.5} x {its own PE encoder, the alternative}), the setting chosen on validation only and
+reported per arm.
+
+A run's budget fingerprint holds the recipe, the GPSE encoder by content, a digest of the code that changes
+results (``RESULT_CODE`` and the C++ kernels) and the device (``cpu`` or ``cuda:<GPU>``; ``--device`` to
+report another's): runs of another code version or device never join a cell; such a cell is run anew.
 
 Runs go seed-major: seed 0 of every cell first, then seed 1, ... so that an interrupted sweep leaves a
 complete table with fewer seeds rather than some cells complete and others empty. Each finished run is
@@ -27,6 +35,7 @@ Examples::
     python benchmarks/paper_tables.py --tables zinc-gps,solubility          # run or resume
     python benchmarks/paper_tables.py --tables zinc-gps --report-only       # tables and figures so far
     python benchmarks/paper_tables.py --tables zinc-pse --columns gine,gin --epochs 30 --seeds 4
+    python benchmarks/paper_tables.py --tables zinc-gps,zinc-pse,solubility --grid --seeds 4 --threads 1
 
 One sweep shared by processes or machines (each takes every N-th pending run into its own ledger, then
 the ledgers are joined)::
@@ -57,7 +66,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
 
 from _ledger import Ledger, open_ledger  # noqa: E402  (Ledger: other scripts import it from here)
 
-SOURCES = ("none", "random", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
+SOURCES = ("none", "rand", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
 EXPLICIT = ("LapPE", "RWSE", "LapPE+RWSE", "AllPSE")
 RECIPES = ROOT / "recipes" / "downstream"
 
@@ -69,10 +78,16 @@ TABLES = {
 }
 COLUMN_LABELS = {"gps": "GPS (GINE)", "gcn": "GCN", "gatedgcn": "GatedGCN", "gin": "GIN", "gine": "GINE",
                  "transformer": "Transformer"}
-_P = dict(zip(SOURCES, ("none", "rand", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")))
+_P = {"random": "random (fixed per graph)"}
+#: The grid every arm is tuned on (``--grid``), chosen on validation only: input dropout x PE encoder, the
+#: source's own encoder (its authors', ``model.pe.model: auto``) against the alternative named here.
+GRID_DROPOUT = (0.0, 0.5)
+ALTERNATIVE = {"linear": "mlp", "mlp": "linear", "deepset": "mlp"}
+#: Sub-packages whose code changes a run's result: their digest joins the budget fingerprint.
+RESULT_CODE = ("data", "encode", "kernels", "nn", "pse", "train", "utils")
 #: The paper's ZINC-12k numbers (gpse-paper.tex, `abl_zinc_pse` and `molbench`); rows x columns, MAE.
 PAPER = {
-    "zinc-gps": {"gps": {"none": "0.1182 ± 0.0049", "random": "0.8766 ± 0.0107", "LapPE": "0.1078 ± 0.0084",
+    "zinc-gps": {"gps": {"none": "0.1182 ± 0.0049", "rand": "0.8766 ± 0.0107", "LapPE": "0.1078 ± 0.0084",
                          "RWSE": "0.0700 ± 0.0040", "LapPE+RWSE": "0.0822 ± 0.0040", "AllPSE": "0.0734 ± 0.0030",
                          "GPSE": "0.0648 ± 0.0030"}},
     "zinc-pse": {
@@ -95,25 +110,71 @@ PAPER = {
 # jobs
 
 
-def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse: dict):
-    """``[(column, source label, validated recipe)]`` of one table."""
+def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse: dict, grid: bool = False):
+    """``[(column, source label, validated recipe)]`` of one table; with ``grid`` one per setting of
+    :func:`grid_settings`, labelled ``source|setting``."""
     from gpse_dgl.train.downstream.schema import load_downstream_recipe
 
     recipe_file, models, _ = TABLES[table]
+    arms = [(source, [f"model.pe.source={source}"] + ([f"model.pe.checkpoint={checkpoint}"]
+                                                       if source == "GPSE" and checkpoint else []))
+            for source in sources]
+    arms += [(f"GPSE:{name}", ["model.pe.source=GPSE", f"model.pe.checkpoint={path}"])
+             for name, path in extra_gpse.items()]
     cells = []
     for column in columns or models:
         if column not in models:
             raise SystemExit(f"error: table {table} has no column {column!r}; columns: {', '.join(models)}")
         base = list(overrides) + ([f"model.name={models[column]}"] if models[column] else [])
-        for source in sources:
-            pe = [f"model.pe.source={source}"]
-            if source == "GPSE" and checkpoint:
-                pe.append(f"model.pe.checkpoint={checkpoint}")
-            cells.append((column, source, load_downstream_recipe(RECIPES / recipe_file, base + pe)))
-        for name, path in extra_gpse.items():
-            pe = ["model.pe.source=GPSE", f"model.pe.checkpoint={path}"]
-            cells.append((column, f"GPSE:{name}", load_downstream_recipe(RECIPES / recipe_file, base + pe)))
+        for label, pe in arms:
+            recipe = load_downstream_recipe(RECIPES / recipe_file, base + pe)
+            if not grid:
+                cells.append((column, label, recipe))
+                continue
+            for setting, extra in grid_settings(recipe["model"]["pe"]["source"]):
+                cells.append((column, f"{label}|{setting}", load_downstream_recipe(RECIPES / recipe_file,
+                                                                                  base + pe + extra)))
     return cells
+
+
+def grid_settings(source: str) -> list[tuple[str, list]]:
+    """``[(label, overrides)]``: the same grid for every arm, input dropout {0, 0.5} x {the source's own PE
+    encoder, the alternative}; an arm without a PE encoder to tune (``none``, ``rand``) has one setting."""
+    from gpse_dgl.train.downstream.pe_sources import get_source
+
+    spec = get_source(source)
+    own = spec.encoder.get("kind")
+    if own is None or len(spec.kinds) < 2:
+        return [("-", [])]
+    kinds = [own] + [k for k in (ALTERNATIVE.get(own),) if k in spec.kinds]
+    return [(f"{kind} in {dropout:g}", [f"model.pe.model={kind}", f"model.pe.dropout_in={dropout}"])
+            for kind in kinds for dropout in GRID_DROPOUT]
+
+
+def select_settings(cells: dict, split: str = "val") -> tuple[dict, dict]:
+    """Per column and arm, the setting with the best mean ``split`` score (lower is better in every table
+    here): ``({column: {arm: runs of the chosen setting}}, {column: {arm: setting}})``; the test score plays
+    no part in the choice."""
+    chosen_runs: dict = {}
+    chosen: dict = {}
+    for column, by_label in cells.items():
+        arms: dict = {}
+        for label, runs in by_label.items():
+            arm, _, setting = label.partition("|")
+            arms.setdefault(arm, {})[setting or None] = runs
+        for arm, settings in arms.items():
+            best = min(settings, key=lambda k: stats([r[split] for r in settings[k]])[0])
+            chosen_runs.setdefault(column, {})[arm] = settings[best]
+            if best is not None:
+                chosen.setdefault(column, {})[arm] = best
+    return chosen_runs, chosen
+
+
+def chosen_lines(chosen: dict) -> list[str]:
+    """The chosen setting per arm, one line per column."""
+    return [f"Chosen on validation ({COLUMN_LABELS.get(column, column)}): "
+            + "; ".join(f"{_P.get(arm, arm)} {setting}" for arm, setting in arms.items()) + "."
+            for column, arms in chosen.items()]
 
 
 def encoder_of(recipe: dict) -> str | None:
@@ -124,10 +185,41 @@ def encoder_of(recipe: dict) -> str | None:
     return checkpoint_identity(pe.get("checkpoint"))["sha256"][:16] if pe.get("source") == "GPSE" else None
 
 
+#: The device the fingerprints name (``--device``): None = the one this process trains on.
+DEVICE: list = [None]
+
+
+def device_label(recipe_device: str = "auto") -> str:
+    """``cpu`` or ``cuda:<GPU name>``: where a run of ``recipe_device`` trains in this process."""
+    import torch
+
+    if DEVICE[0]:
+        return DEVICE[0]
+    if recipe_device != "cpu" and torch.cuda.is_available():
+        return f"cuda:{torch.cuda.get_device_name()}"
+    return "cpu"
+
+
+def result_code_digest() -> str:
+    """SHA-256 (16 hex digits) of the code that changes a run's result: :data:`RESULT_CODE` and the C++
+    kernel sources (``gpse_dgl.data.cache.code_digest``)."""
+    from gpse_dgl.data.cache import code_digest, file_sha256
+
+    digest = hashlib.sha256()
+    package = ROOT / "gpse_dgl"
+    for name in RESULT_CODE:
+        if (package / name).is_dir():
+            digest.update(f"{name}:{code_digest(name)}".encode())
+    for path in sorted(package.rglob("csrc/*")):
+        digest.update(f"{path.name}:{file_sha256(path)}".encode())
+    return digest.hexdigest()[:16]
+
+
 def budget_key(recipe: dict) -> str:
-    """Fingerprint of what makes two runs comparable: the recipe less outputs, seeds and the device, with a
-    GPSE encoder named by its file's content (the default model changes between releases, and a path can be
-    overwritten), so that runs of two encoders never share a cell."""
+    """Fingerprint of what makes two runs comparable: the recipe less outputs and seeds, with a GPSE encoder
+    named by its file's content (the default model changes between releases, and a path can be overwritten),
+    the digest of the code that changes results and the device, so that runs of two encoders, two code
+    versions or two devices never share a cell (a stale cell is re-run, not averaged in)."""
     from gpse_dgl.train.downstream.features import checkpoint_identity
 
     slim = copy.deepcopy(recipe)
@@ -136,10 +228,17 @@ def budget_key(recipe: dict) -> str:
         pe["checkpoint"] = checkpoint_identity(pe.get("checkpoint"))["sha256"]
     for key in ("save_path", "num_seeds", "save_checkpoints", "checkpoint_every", "num_threads"):
         slim["general_pipeline"].pop(key, None)
-    slim.pop("device", None)
+    slim["device"] = device_label(slim.pop("device", "auto"))
+    slim["code"] = _code_digest_once()
     slim["data"].pop("root", None)
     slim["data"].pop("cache_dir", None)
     return hashlib.sha256(json.dumps(slim, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _code_digest_once(cache: dict = {}) -> str:  # noqa: B006  (one digest per process)
+    if "digest" not in cache:
+        cache["digest"] = result_code_digest()
+    return cache["digest"]
 
 
 def run_key(table: str, column: str, source: str, seed: int) -> str:
@@ -196,6 +295,7 @@ def run_all(plan, seeds, ledger: Ledger, out: Path, threads: int | None, log=pri
                   "seconds": round(time.perf_counter() - started, 1),
                   "host": host(summary.get("environment", {}).get("device_name")),
                   "date": time.strftime("%Y-%m-%d"), "parameters": summary["model"]["num_parameters"],
+                  "device": device_label(recipe["device"]), "code": _code_digest_once(),
                   **({"encoder": encoder_of(recipe)} if source.startswith("GPSE") else {})}
         ledger.add(key, record)
         log(f"{key}: val {record['val']:.4f} test {record['test']:.4f} ({record['seconds']:.0f} s)")
@@ -375,6 +475,12 @@ def main(argv=None) -> None:
     parser.add_argument("--worker", default="0/1", metavar="I/N",
                         help="run every N-th pending run from the I-th (0-based), so that N processes or "
                              "machines share the sweep; each writes its own --ledger, joined with --merge")
+    parser.add_argument("--grid", action="store_true",
+                        help="tune every arm on the same grid (input dropout 0 / 0.5 x its own PE encoder / the "
+                             "alternative), chosen on validation; the chosen setting is reported per arm")
+    parser.add_argument("--device", default=None, metavar="LABEL",
+                        help="the device the fingerprints name, e.g. 'cuda:NVIDIA H200' to report runs made on "
+                             "it from another machine (default: where this process trains)")
     parser.add_argument("--merge", action="append", default=[], type=Path, metavar="LEDGER",
                         help="first take the finished runs of another ledger into --ledger (repeatable)")
     args = parser.parse_args(argv)
@@ -389,11 +495,12 @@ def main(argv=None) -> None:
     extra = dict(item.split("=", 1) for item in args.gpse_extra)
     columns = args.columns.split(",") if args.columns else None
     worker = parse_worker(args.worker)
+    DEVICE[0] = args.device
     try:
         plan = [(table, column, source, recipe) for table in tables
                 for column, source, recipe in cell_recipes(
                     table, [c for c in columns if c in TABLES[table][1]] if columns else None,
-                    args.sources.split(","), overrides, args.checkpoint, extra)]
+                    args.sources.split(","), overrides, args.checkpoint, extra, args.grid)]
         ledger = open_ledger(args.ledger, args.merge, FIELDS, ABOUT, args.report_only)
         if not args.report_only:
             run_all(plan, range(args.seeds), ledger, args.out, args.threads, worker=worker)
@@ -402,12 +509,13 @@ def main(argv=None) -> None:
     report = []
     for table in tables:
         budgets = {(c, s): budget_key(r) for t, c, s, r in plan if t == table}
-        cells = collect(ledger, table, budgets)
+        cells, chosen = select_settings(collect(ledger, table, budgets))
         notes = empty_rows(plan, table, ledger, budgets)
         if not cells:
             report += [f"{table}: no run at this budget in {ledger.path}", *notes, ""]
             continue
         report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, ledger, budgets), "",
+                   *chosen_lines(chosen), *([""] if chosen else []),
                    *notes, *([""] if notes else [])]
         plot(table, cells, args.figures / f"paper_{table}.png")
     args.out.mkdir(parents=True, exist_ok=True)

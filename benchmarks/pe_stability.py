@@ -92,6 +92,7 @@ def run_arm(recipe_file: str, overrides: list, standardize: bool, out: Path) -> 
         if isinstance(norm, torch.nn.BatchNorm1d):
             ratio = norm.running_var.cpu() / rows.var(0).clamp(min=1e-30)
             entry["bn_running_var_over_column_var_min"] = float(ratio.min())
+            entry["bn_running_var_over_column_var_max"] = float(ratio.max())
             entry["bn_column_of_min"] = int(ratio.argmin())
         steps["pe"].clear(), steps["all"].clear()
         epochs.append(entry)

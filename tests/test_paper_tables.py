@@ -183,3 +183,32 @@ def test_a_row_run_with_another_encoder_says_why_it_is_empty(tmp_path, capsys):
     script.main(_report_argv(tmp_path, ledger, "--report-only"))
     assert "solubility/gine/GPSE: empty: the ledger's 1 run(s) of it were made with another GPSE encoder (the " \
            "column's other rows are at this budget)" in capsys.readouterr().out
+
+
+def test_every_arm_gets_the_same_grid_and_the_setting_is_chosen_on_validation():
+    script = _script()
+    labels = {source: [label for label, _ in script.grid_settings(source)] for source in ("RWSE", "LapPE", "GPSE",
+                                                                                           "none", "rand")}
+    assert labels["RWSE"] == ["linear in 0", "linear in 0.5", "mlp in 0", "mlp in 0.5"]
+    assert labels["LapPE"] == ["deepset in 0", "deepset in 0.5", "mlp in 0", "mlp in 0.5"]
+    assert labels["GPSE"] == ["mlp in 0", "mlp in 0.5", "linear in 0", "linear in 0.5"]
+    assert labels["none"] == labels["rand"] == ["-"]
+    cells = {"gine": {"RWSE|linear in 0": [{"seed": 0, "val": 0.2, "test": 0.9}],
+                      "RWSE|mlp in 0.5": [{"seed": 0, "val": 0.3, "test": 0.1}],
+                      "none|-": [{"seed": 0, "val": 0.5, "test": 0.5}]}}
+    runs, chosen = script.select_settings(cells)
+    assert chosen == {"gine": {"RWSE": "linear in 0", "none": "-"}}  # the better validation, not the better test
+    assert runs["gine"]["RWSE"][0]["test"] == 0.9
+
+
+def test_the_fingerprint_names_the_code_and_the_device(monkeypatch):
+    script = _script()
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
+
+    recipe = load_downstream_recipe(REPO / "recipes" / "downstream" / "huuskonen-solubility.yaml",
+                                    ["model.pe.source=RWSE"])
+    first = script.budget_key(recipe)
+    monkeypatch.setattr(script, "DEVICE", ["cuda:NVIDIA H200"])
+    on_gpu = script.budget_key(recipe)
+    monkeypatch.setattr(script, "_code_digest_once", lambda: "another code version")
+    assert len({first, on_gpu, script.budget_key(recipe)}) == 3
