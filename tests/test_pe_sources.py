@@ -23,7 +23,7 @@ from gpse_dgl.train.downstream.schema import default_downstream_recipe, validate
 
 NEW_SOURCE = '''
 import torch
-from gpse_dgl.train.downstream.pe_sources import PESource
+from gpse_dgl.train.downstream.pe_sources.spec import PESource
 from gpse_dgl.train.downstream.pe_sources.table import NodeTable
 
 

@@ -38,6 +38,8 @@ from torch import nn
 
 from .batch_norm import BatchNorm1d
 from .dropout import Dropout
+from .lap_pe_encoder import LapPEDeepSet
+from .noise_encoder import NormalNoise
 
 PE_MODELS = ("linear", "mlp")
 
@@ -121,9 +123,6 @@ def build_pe_encoder(config: dict) -> nn.Module:
     >>> build_pe_encoder({"kind": "linear", "dim_in": 20, "dim_pe": 8}).dim_pe
     8
     """
-    from .lap_pe_encoder import LapPEDeepSet
-    from .noise_encoder import NormalNoise
-
     kwargs = dict(config)
     kind = kwargs.pop("kind", kwargs.get("model", "linear"))
     if kind in PE_MODELS:

@@ -21,6 +21,7 @@ import torch
 from ....pse import compute_pse_tensors
 from ....pse.registry import PSE_REGISTRY
 from .table import NodeTable
+from .spec import PESource
 
 
 def pse_features(graphs: Sequence, names: Sequence[str], progress: bool = False) -> NodeTable:
@@ -39,8 +40,6 @@ def pse_features(graphs: Sequence, names: Sequence[str], progress: bool = False)
 
 def describe(name: str, components: Sequence[str]):
     """The source ``name``: the PSEs ``components`` in this column order."""
-    from . import PESource
-
     components = tuple(components)
     return PESource(
         name, " + ".join(components) + " (raw, graph-level ones repeated on every node)",

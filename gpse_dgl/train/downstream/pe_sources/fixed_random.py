@@ -23,6 +23,7 @@ import dgl
 
 from ....nn.random_features import random_node_features
 from .table import NodeTable
+from .spec import PESource
 
 
 def random_features(graphs: Sequence, dim: int = 20, seed: int = 0) -> NodeTable:
@@ -45,8 +46,6 @@ def random_features(graphs: Sequence, dim: int = 20, seed: int = 0) -> NodeTable
 
 
 def describe():
-    from . import PESource
-
     return PESource(
         "random", "N(0, 1) features fixed per graph (model.pe.random_dim, random_seed), concatenated",
         compute=lambda graphs, pe, device, progress: random_features(graphs, pe.get("random_dim", 20),

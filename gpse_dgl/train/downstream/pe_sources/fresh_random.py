@@ -21,6 +21,7 @@ from typing import Sequence
 import torch
 
 from .table import NodeTable
+from .spec import PESource
 
 
 def empty_table(graphs: Sequence) -> NodeTable:
@@ -29,8 +30,6 @@ def empty_table(graphs: Sequence) -> NodeTable:
 
 
 def describe():
-    from . import PESource
-
     return PESource("rand", "fresh N(0, 1) noise on every forward pass, in place of the node features",
                     compute=lambda graphs, pe, device, progress: empty_table(graphs),
                     encoder={"kind": "noise"}, kinds=("noise",), cached=False, replaces_node_features=True)

@@ -14,6 +14,7 @@ from ....encode import default_checkpoint_path, encode_dataset, load_gpse
 from ....encode.models import resolve_checkpoint
 from ....utils.errors import CheckpointError
 from .table import NodeTable
+from .spec import PESource
 
 
 def gpse_features(graphs: Sequence, checkpoint: str | None = None, *, model=None, seed: int = 0,
@@ -60,8 +61,6 @@ def _settings(pe: dict) -> dict:
 
 
 def describe():
-    from . import PESource
-
     return PESource("GPSE", "encodings of a pretrained GPSE (model.pe.checkpoint; null = the shipped model)",
                     compute=_compute, width=lambda pe: None, settings=_settings,
                     encoder={"kind": "mlp", "layers": 2, "batchnorm": True, "dropout_in": 0.5})

@@ -33,6 +33,7 @@ import torch
 
 from ....utils.graph import as_simple_undirected
 from .table import NodeTable
+from .spec import PESource
 
 
 def lap_eig_features(graphs: Sequence, max_freqs: int = 8) -> NodeTable:
@@ -62,8 +63,6 @@ def lap_eig_features(graphs: Sequence, max_freqs: int = 8) -> NodeTable:
 
 
 def describe():
-    from . import PESource
-
     return PESource(
         "LapPE", "signed eigenvectors of D - A with their eigenvalues (model.pe.max_freqs), DeepSet encoder",
         compute=lambda graphs, pe, device, progress: lap_eig_features(graphs, pe.get("max_freqs", 8)),
