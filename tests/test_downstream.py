@@ -201,7 +201,7 @@ def test_csl_end_to_end(tmp_path, cache_dir):
     on_disk = json.loads((job / "results.json").read_text())
     assert on_disk["summary"]["test"]["mean"] == run["test"]
     ran = on_disk["environment"]  # how the job ran
-    assert (ran["world_size"], ran["device"], ran["precision"], ran["threads"]) == (1, "cpu", "fp32", 1)
+    assert (ran["world_size"], ran["device"], ran["precision"]["name"], ran["threads"]) == (1, "cpu", "fp32", 1)
     assert ran["versions"]["torch"] == torch.__version__ and ran["cpu_cores"] >= 1
     assert {p.name for p in (job / "seed0-fold0").iterdir()} >= {"last.pt", "best.pt", "result.json", "tensorboard"}
     assert (job / "recipe.yaml").is_file()
@@ -322,6 +322,7 @@ def test_models_declare_the_options_they_fix():
 ])
 def test_gpse_encodings_take_their_own_precision(monkeypatch, general, gpse, expected):
     from gpse_dgl.train.downstream import data as downstream_data
+    from gpse_dgl.train.downstream.job import decide_precisions
     from gpse_dgl.utils import precision as prec
 
     monkeypatch.setattr(prec, "_cpu_native_bf16", lambda: False)
@@ -334,6 +335,7 @@ def test_gpse_encodings_take_their_own_precision(monkeypatch, general, gpse, exp
     monkeypatch.setattr(downstream_data, "load_features", fake_load_features)
     recipe = load_downstream_recipe(REPO / "recipes/downstream/csl.yaml", [
         f"general_pipeline.precision={general}", f"model.pe.gpse_precision={'null' if gpse is None else gpse}"])
+    training, encoder = decide_precisions(recipe, "cpu")  # once, by the job
     with pytest.raises(StopIteration):
-        downstream_data.prepare_data(recipe, device="cpu")
-    assert seen["gpse_precision"] == expected
+        downstream_data.prepare_data(recipe, device="cpu", gpse_precision=encoder)
+    assert seen["gpse_precision"] is encoder and encoder.name == expected

@@ -232,6 +232,41 @@ def test_kernel_sources_live_in_kernels():
     assert not (ROOT / "nn" / "csrc").exists() and not stray, f"C++ sources belong in gpse_dgl/kernels/csrc/: {stray}"
 
 
+#: The modules that read a precision's name (a recipe key, a flag, or an argument of the library's public encoding
+#: functions) and decide it, once (``utils.precision.decide_precision`` / ``as_precision``); everything below
+#: them is handed the decided ``Precision``.
+PRECISION_ENTRY_POINTS = ("gpse_dgl.commands", "gpse_dgl.train.pretraining.run", "gpse_dgl.train.downstream.job",
+                          "gpse_dgl.encode.inference", "gpse_dgl.encode.precompute", "gpse_dgl.encode.transform",
+                          "gpse_dgl.utils.precision")
+#: What turns a name into a precision.
+PRECISION_PARSERS = {"decide_precision", "as_precision", "select_precision", "autocast"}
+PRECISION_NAMES = {"fp32", "bf16", "fp16"}
+
+
+def precision_parsing() -> list[str]:
+    """Below the entry points: imports of a precision parser, and comparisons with a precision's name."""
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith(PRECISION_ENTRY_POINTS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("utils.precision"):
+                found += [f"{site(path, node)} imports {a.name}" for a in node.names if a.name in PRECISION_PARSERS]
+            elif isinstance(node, ast.Compare) and any(
+                    isinstance(c, ast.Constant) and c.value in PRECISION_NAMES
+                    or isinstance(c, (ast.Tuple, ast.List, ast.Set)) and any(
+                        isinstance(e, ast.Constant) and e.value in PRECISION_NAMES for e in c.elts)
+                    for c in [node.left, *node.comparators]):
+                found.append(f"{site(path, node)} compares with a precision's name")
+    return found
+
+
+def test_no_module_below_the_entry_points_parses_a_precision():
+    found = precision_parsing()
+    assert not found, ("decide the precision once at the entry point (utils.precision.decide_precision) and pass "
+                       "the Precision down: " + "; ".join(found))
+
+
 def test_dgl_is_imported_after_the_settings():
     """Every module importing dgl at its top imports ``gpse_dgl._env`` (or ``_private``, which does) first."""
     late = []
