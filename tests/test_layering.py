@@ -3,7 +3,7 @@
 Every module under ``gpse_dgl/`` is parsed with :mod:`ast` (nothing is imported); each import, at module
 level or inside a function, becomes an edge between two modules, and between the *parts* of the
 package: a subpackage (``gpse_dgl.encode.loading`` -> ``encode``) or a top-level module
-(``gpse_dgl.recipes`` -> ``recipes``; the package's own ``__init__`` is ``gpse_dgl``). ``FLOORS`` lists the
+(``gpse_dgl.cli`` -> ``cli``; the package's own ``__init__`` is ``gpse_dgl``). ``FLOORS`` lists the
 parts from the bottom up; a part may import parts on lower floors only, so parts on one floor do not
 import each other. Within a part no two modules import each other, directly or around a circle; the two
 training pipelines (``train/pretraining``, ``train/downstream``) do not import each other, and the run
@@ -29,9 +29,10 @@ FLOORS = (
     ("gpse_dgl",),           # the package __init__ (imports _env; holds __version__)
     ("_private",),           # every private DGL / torch access, pinned to the releases it was checked on
     ("utils",),              # errors, I/O, devices, precision, checkpoints: shared by everything above
-    ("pse", "data", "kernels"),  # explicit encodings; graph sources and caches; C++ / Triton kernels and their dispatch
-    ("nn", "recipe_files"),  # layers, the GPSE encoder and heads, downstream models; reading recipe YAML
-    ("encode", "recipes"),   # inference with a pretrained encoder; recipe schema and validation
+    # explicit encodings; graph sources and caches; C++ / Triton kernels and their dispatch; recipe fields and files
+    ("pse", "data", "kernels", "recipes"),
+    ("nn",),                 # layers, the GPSE encoder and heads, downstream models
+    ("encode",),             # inference with a pretrained encoder
     ("train", "distributed"),  # pretraining and downstream loops; one graph on dgl.distributed
     ("commands",),           # one click command per verb
     ("cli",),                # the ``gpse-dgl`` click group
