@@ -145,6 +145,19 @@ def test_binary_metrics_skip_single_class_tasks_and_match_ogb():
     assert math.isnan(metrics.roc_auc(np.zeros((4, 1)), np.arange(4.0)[:, None]))
 
 
+def test_binary_metrics_on_ties_and_single_class_batches_by_hand():
+    """Tied scores count 1/2 in the AUC and form one threshold in AP; a batch whose labelled rows hold one
+    class scores nothing (NaN), and such a task leaves the mean over the others unchanged."""
+    y = np.array([[0.0, 1.0], [1.0, 1.0], [0.0, np.nan], [1.0, 1.0]])
+    score = np.array([[0.5, 0.1], [0.5, 0.9], [0.2, 0.3], [0.8, 0.3]])
+    # task 0: positives 0.5 and 0.8 against negatives 0.5 and 0.2: (0.5 + 1 + 1 + 1) / 4
+    assert metrics.roc_auc(y, score) == pytest.approx(0.875, abs=1e-12)
+    # thresholds 0.8 (precision 1, recall 1/2) and 0.5 (precision 2/3, recall 1)
+    assert metrics.average_precision(y, score) == pytest.approx(0.5 + 0.5 * 2 / 3, abs=1e-12)
+    assert math.isnan(metrics.roc_auc(y[:, 1:], score[:, 1:]))
+    assert math.isnan(metrics.average_precision(np.ones((3, 2)), np.arange(6.0).reshape(3, 2)))
+
+
 def test_accuracy_mae_rmse_against_direct_computation():
     logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [0.0, 0.0, 5.0], [1.0, 0.0, 0.0]])
     labels = torch.tensor([0, 1, 1, 0])
