@@ -452,6 +452,7 @@ def test_an_encoder_gives_the_same_encodings_on_both_paths(monkeypatch, precisio
 def test_info_and_run_records_name_the_path(capsys, monkeypatch):
     from _cli import run_cli
     from gpse_dgl.train.runtime import run_environment
+    from gpse_dgl.utils.precision import decide_precision
     from gpse_dgl.utils.distributed import Context
 
     monkeypatch.setattr(cpu, "_state", {"module": None, "reason": "turned off by the test"})
@@ -459,7 +460,7 @@ def test_info_and_run_records_name_the_path(capsys, monkeypatch):
     assert code == 0
     assert "kernels: torch: the compiled kernels are not available (turned off by the test)" in out
     assert "paths: message_passing dgl, gated_sum torch, dropout_noise torch," in out
-    record = run_environment(Context(), "cpu", "fp32", None)
+    record = run_environment(Context(), "cpu", decide_precision("fp32", "cpu"), None)
     assert record["kernels"]["state"] == cpu.describe()
     assert record["kernels"]["paths"]["gated_sum"] == "torch"
 

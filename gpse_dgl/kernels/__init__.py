@@ -49,8 +49,8 @@ from .cpu import GatedCSR, PackedSources, accumulates_in_place, pack_sources, pa
 from .dropout import draw_seed
 
 __all__ = ["BACKENDS", "GatedCSR", "KERNELS", "Kernel", "PATHS", "PackedSources", "accumulates_in_place",
-           "available", "describe", "disabled", "dgl_supports", "draw_seed", "kernels_for", "pack_sources", "packed_gated_sum",
-           "packed_shape", "packs_sources", "paths", "resolve_backend", "run"]
+           "available", "describe", "disabled", "dgl_supports", "draw_seed", "kernels_for", "pack_sources",
+           "packed_gated_sum", "packed_shape", "packs_sources", "paths", "resolve_backend", "run"]
 
 PATHS = ("dgl", "fused-cpu", "triton", "torch")
 #: What :mod:`gpse_dgl.nn.ops` takes as ``backend=``: ``"dgl"`` is the ``dgl`` path; ``"torch"`` is

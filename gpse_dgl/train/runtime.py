@@ -23,6 +23,7 @@ import dgl
 from .. import kernels
 from ..utils import devices
 from ..utils.io import atomic_write_text
+from ..utils.precision import Precision
 from ..utils.progress import progress
 from ..utils.text import first_line
 
@@ -102,12 +103,13 @@ def torch_threads(num_threads: int | None, log=None):
         torch.set_num_threads(previous)
 
 
-def run_environment(ctx, device, precision: str, requested_threads: int | None) -> dict:
-    """How a run ran, for ``metrics.json`` / ``results.json``: processes, backend, device, precision,
-    threads, the CPU and the versions of what computed it."""
+def run_environment(ctx, device, precision: Precision, requested_threads: int | None) -> dict:
+    """How a run ran, for ``metrics.json`` / ``results.json``: processes, backend, device, precision (as
+    decided: name, dtype, autocast, why), threads, the CPU, each op's kernel path and the versions of what
+    computed it."""
     device = torch.device(device)
     record = {"world_size": ctx.world_size, "backend": ctx.backend, "local_processes": local_processes(),
-              "device": str(device), "precision": precision, "threads": torch.get_num_threads(),
+              "device": str(device), "precision": precision.record(), "threads": torch.get_num_threads(),
               "threads_requested": requested_threads, "cpu_cores": machine_cores(), "cpu_model": cpu_model(),
               "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if device.type == "cuda":

@@ -19,7 +19,7 @@ from ...data.registry import load_dataset
 from ...data.user_data import recipe_data_options
 from ...utils.errors import RecipeError
 from ...utils.graph import as_simple_undirected
-from ...utils.precision import select_precision
+from ...utils.precision import Precision
 from .features import load_features
 from .evaluation import TaskSpec, task_spec
 
@@ -40,8 +40,11 @@ class Prepared:
     feature_info: dict
 
 
-def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False, log=None) -> Prepared:
-    """Load the dataset, apply the recipe's graph preprocessing and attach the encoding."""
+def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False, log=None,
+                 gpse_precision: Precision | None = None) -> Prepared:
+    """Load the dataset, apply the recipe's graph preprocessing and attach the encoding; a GPSE encoding runs in
+    ``gpse_precision`` (decided by the job, :func:`~gpse_dgl.train.downstream.job.decide_precisions`; None:
+    fp32)."""
     data = recipe["data"]
     if dataset is None:
         dataset = load_dataset(data["name"], root=data["root"], **recipe_data_options(data))
@@ -56,10 +59,8 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
         graphs = [_edge_mean_features(g, dataset.edge_feat_key or "feat") for g in graphs]
         node_feat, node_kind = "feat_from_edges", "float"
     # the encoder pass may run in its own precision (fine tasks such as CSL need fp32 encodings under a bf16
-    # model): null follows the model's, and auto becomes what it stands for on this device, once, here
-    pe = recipe["model"]["pe"]
-    precision = pe["gpse_precision"] or recipe["general_pipeline"]["precision"]
-    pe_recipe = dict(pe, gpse_precision=select_precision(precision, device or "cpu"))
+    # model), decided with the loop's by the job
+    pe_recipe = dict(recipe["model"]["pe"], gpse_precision=gpse_precision)
     table, info = load_features(graphs, dataset.name, pe_recipe, cache_dir=data["cache_dir"],
                                 device=device, progress=progress, log_fn=log)
     return Prepared(dataset, graphs, dataset.labels, spec, table, node_feat, edge_feat, node_kind, edge_kind,
