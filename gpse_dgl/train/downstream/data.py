@@ -80,10 +80,16 @@ def _edge_mean_features(g, key: str):
 
 
 def describe(prepared: Prepared) -> str:
+    from ...data.tables import columns_note, records_note
+
     ds, info = prepared.dataset, prepared.feature_info
     cache = f", cache {info['cache']}" if info.get("cache") else ""
-    return (f"{ds.name}: {len(prepared.graphs)} graph(s), {ds.task}-level {ds.task_type}, metric "
-            f"{prepared.spec.metric}; PE {info['source']} ({info['dim']} columns{cache}, {info['seconds']:.1f} s)")
+    invalid, text = ds.info.get("invalid_records"), ds.info.get("text_columns")
+    skipped = f" ({len(invalid)} invalid SMILES skipped: {records_note(invalid)})" if invalid else ""
+    dropped = f"; not numbers, not targets: {columns_note(text)}" if text else ""
+    return (f"{ds.name}: {len(prepared.graphs)} graph(s){skipped}, {ds.task}-level {ds.task_type}, metric "
+            f"{prepared.spec.metric}{dropped}; PE {info['source']} ({info['dim']} columns{cache}, "
+            f"{info['seconds']:.1f} s)")
 
 
 def graph_batches(prepared: Prepared, indices: torch.Tensor, batch_size: int):
