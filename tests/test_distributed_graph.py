@@ -178,3 +178,64 @@ def test_a_killed_process_ends_the_run_with_one_line(small_run, victim, tmp_path
 def test_launch_errors_are_one_line(tmp_path):
     done = _cli("launch", str(tmp_path), "--out", str(tmp_path / "enc"), timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1 and "gpse-dgl partition" in done.stderr
+
+
+def test_partition_refuses_bad_input_in_one_line_and_leaves_nothing(tmp_path):
+    """An edgeless graph used to end in a DGL traceback (combine_frames) with a partial directory."""
+    for graph, parts, method, expected in ((dgl.graph(([], []), num_nodes=50), 2, "metis", "has no edges"),
+                                           (dgl.graph(([0, 1], [0, 1]), num_nodes=9), 2, "random",
+                                            "has no edges besides self-loops"),
+                                           (dgl.rand_graph(4, 8), 5, "random", "cannot be cut into 5")):
+        source = tmp_path / "g.bin"
+        dgl.save_graphs(str(source), [graph])
+        done = _cli("partition", str(source), "--parts", str(parts), "--method", method, "--out",
+                    str(tmp_path / "parts"), timeout=120)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and expected in done.stderr, done.stderr
+        assert not (tmp_path / "parts").exists() and not list(tmp_path.glob(".parts.*gpse-tmp"))
+
+
+def test_random_partitions_are_dealt_evenly_from_a_seed(tmp_path):
+    """DGL's own random draw depends on its thread count and could leave a partition empty (a KeyError
+    from partition_graph); the nodes are now dealt out in a seeded order."""
+    g = dgl.graph(([0, 1, 2, 3], [1, 2, 3, 0]))
+    cuts = []
+    for seed in range(6):
+        info = partition(g, tmp_path / "parts", 3, method="random", seed=seed, overwrite=True)
+        assert sorted(info["part_nodes"]) == [1, 1, 2]
+        cuts.append(torch.cat([orig_ids(tmp_path / "parts", p) for p in range(3)]).tolist())
+    assert len({tuple(c) for c in cuts}) > 1  # the seed matters
+    again = partition(g, tmp_path / "again", 3, method="random", seed=5)
+    assert again["part_nodes"] == info["part_nodes"]
+    assert torch.cat([orig_ids(tmp_path / "again", p) for p in range(3)]).tolist() == cuts[-1]
+
+
+def test_partition_replaces_a_directory_only_with_overwrite_and_as_a_whole(tmp_path):
+    g = random_graph(80, 300, seed=4)
+    out = tmp_path / "parts"
+    partition(g, out, 3, method="random")
+    with pytest.raises(GPSEError, match="already exists and is not empty; pass --overwrite"):
+        partition(g, out, 2, method="random")
+    assert read_partition_info(out)["num_parts"] == 3
+    partition(g, out, 2, method="random", overwrite=True)
+    assert read_partition_info(out)["num_parts"] == 2 and not (out / "part2").exists()  # no stale part
+    from gpse_dgl.utils.io import atomic_directory
+    from gpse_dgl.utils.lock import RunLockedError
+
+    with atomic_directory(tmp_path / "other"):
+        with pytest.raises(RunLockedError, match="--out .*other is in use by another gpse-dgl process"):
+            partition(g, tmp_path / "other", 2)
+
+
+def test_gather_refuses_a_replaced_source_of_the_same_size(tmp_path):
+    from gpse_dgl.distributed.shards import gather, write_manifest, write_shard
+
+    g = random_graph(30, 90, seed=5)
+    dgl.save_graphs(str(tmp_path / "g.bin"), [g])
+    info = partition(g, tmp_path / "parts", 1, method="random", source=str(tmp_path / "g.bin"))
+    write_shard(tmp_path / "enc", 0, torch.arange(30), torch.ones(30, 4))
+    write_manifest(tmp_path / "enc", read_partition_info(tmp_path / "parts"), 1, 4, 0)
+    assert gather(tmp_path / "enc", tmp_path / "a.bin").is_file()
+    dgl.save_graphs(str(tmp_path / "g.bin"), [random_graph(30, 90, seed=6)])  # another graph, same size
+    with pytest.raises(GPSEError, match=r"g.bin is not the graph that was partitioned \(structure key"):
+        gather(tmp_path / "enc", tmp_path / "b.bin")
+    assert not (tmp_path / "b.bin").exists() and info["num_nodes"] == 30
