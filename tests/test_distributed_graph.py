@@ -8,6 +8,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -83,6 +84,28 @@ def test_host_file_needs_one_host_per_partition(tmp_path):
         read_host_file(path, 3)
 
 
+def test_host_and_port_plans_are_checked_before_anything_starts(tmp_path):
+    """A host listed twice without a port made both servers bind 30050 ("Cannot bind"); a port of 99999
+    was not checked up front."""
+    path = tmp_path / "hosts.txt"
+    path.write_text("node-a\nnode-a\nnode-b 30051\nnode-b\n")
+    assert read_host_file(path, 4) == [("node-a", 30050), ("node-a", 30051), ("node-b", 30051), ("node-b", 30050)]
+    for text, expected in (("node-a 99999\nnode-b\n", "hosts.txt:1: port 99999 is not in 1-65535"),
+                           ("node-a 30050\nnode-a 30050\n", "partitions 0 and 1 both use node-a port 30050"),
+                           ("node-a 65000\nnode-b\n", "the trainers meet on node-a port 66000"),
+                           ("node-a 30050\nnode-a 31050\n", "port 31050 (the first server's port + 1000), "
+                                                             "which is a server port")):
+        path.write_text(text)
+        with pytest.raises(GPSEError, match=re.escape(expected)):
+            read_host_file(path, 2)
+    parts = tmp_path / "parts"
+    partition(random_graph(40, 100, seed=1), parts, 2, method="random")
+    path.write_text("node-a 99999\nnode-b\n")
+    done = _cli("launch", str(parts), "--out", str(tmp_path / "enc"), "--hosts", str(path), timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "99999" in done.stderr, done.stderr
+    assert not (tmp_path / "enc").exists()
+
+
 def _cli(*args, timeout=240):
     return subprocess.run([sys.executable, "-m", "gpse_dgl", *args], env=ENV, capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT)
@@ -124,6 +147,10 @@ def test_two_servers_two_trainers_equal_one_process(small_run):
 
 _SLEEPER = ("import os, time; from gpse_dgl.distributed.runtime import join_trainer; t = join_trainer(); "
             "print('joined', os.getpid(), flush=True); time.sleep(120)")
+#: as _SLEEPER, with rows in shared memory (what the encoding's DistTensors leave when the launcher is killed)
+_HOLDER = _SLEEPER.replace("print(", "import dgl, torch; x = dgl.distributed.DistTensor((t.info['num_nodes'], 64), "
+                           "torch.float32, 'held', part_policy=t.graph.get_node_partition_policy('_N'), "
+                           "persistent=True); print(")
 
 
 def _shared_memory_left(logs: Path) -> list:
@@ -239,3 +266,40 @@ def test_gather_refuses_a_replaced_source_of_the_same_size(tmp_path):
     with pytest.raises(GPSEError, match=r"g.bin is not the graph that was partitioned \(structure key"):
         gather(tmp_path / "enc", tmp_path / "b.bin")
     assert not (tmp_path / "b.bin").exists() and info["num_nodes"] == 30
+
+
+def test_shared_memory_of_a_killed_launcher_is_removed_by_the_next_start_or_cleanup(small_run, tmp_path):
+    """SIGKILL of the launcher: its workers die (parent-death signal) but their /dev/shm files stayed.
+    The next launch into the same --out removes them (and says so), as does `launch --cleanup`."""
+    tmp, _, _ = small_run
+    out = tmp_path / "enc"
+    logs = out / "logs"
+    launcher = subprocess.Popen([sys.executable, "-m", "gpse_dgl.distributed.launch", str(tmp / "parts"),
+                                 "--logs", str(logs), "--timeout", "200", "--", sys.executable, "-c", _HOLDER],
+                                env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        deadline = time.time() + 150
+        while not all((logs / f"trainer{r}.log").exists() and "joined" in (logs / f"trainer{r}.log").read_text()
+                      for r in range(2)):
+            assert launcher.poll() is None and time.time() < deadline, "the trainers did not join"
+            time.sleep(0.5)
+        pids = [row["pid"] for row in json.loads((logs / "processes.json").read_text())["processes"]]
+        launcher.kill()
+        launcher.wait(timeout=30)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    deadline = time.time() + 30
+    while any(_alive(pid) for pid in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids)
+    left = _shared_memory_left(logs)
+    assert left, "the killed run left no shared memory: nothing to test"
+    done = _cli("launch", str(tmp / "parts"), "--out", str(out), timeout=60)  # refused (earlier run), cleaned
+    assert done.returncode == 2 and "pass --overwrite" in done.stderr, done.stderr
+    assert f"removed {len(left)} shared-memory file(s)" in done.stdout, done.stdout
+    assert not _shared_memory_left(logs)
+    open(left[0], "wb").close()  # as if another host's launch had left one: --cleanup removes it
+    done = _cli("launch", "--cleanup", str(out), timeout=60)
+    assert done.returncode == 0 and "removed 1 shared-memory file(s)" in done.stdout, done.stdout + done.stderr
+    assert not os.path.exists(left[0])
