@@ -9,7 +9,7 @@ Example
 -------
 >>> import tempfile, os
 >>> path = os.path.join(tempfile.mkdtemp(), "hosts.txt")
->>> _ = open(path, "w").write("node-a\nnode-a\nnode-b 30050  # a comment\n")
+>>> _ = open(path, "w").write("node-a\\nnode-a\\nnode-b 30050  # a comment\\n")
 >>> read_host_file(path, 3)
 [('node-a', 30050), ('node-a', 30051), ('node-b', 30050)]
 """
