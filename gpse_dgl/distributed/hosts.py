@@ -3,7 +3,9 @@
 A host listed without a port gets :data:`DEFAULT_PORT` or, when it repeats, the next port not yet taken
 on that host (two servers on one host cannot bind one port). :func:`check_host_plan` refuses, before
 any process starts, a port outside 1-65535, a host and port listed twice, and a first host whose port
-leaves no room for the trainers' rendezvous (its port + :data:`MASTER_PORT_OFFSET`).
+leaves no room for the trainers' rendezvous (its port + :data:`MASTER_PORT_OFFSET`). Processes on other
+hosts are started with :func:`ssh_command` (``ssh``, or the command line in ``GPSE_DGL_SSH``, e.g.
+``ssh -F cluster_ssh_config``).
 
 Example
 -------
@@ -15,11 +17,14 @@ Example
 """
 from __future__ import annotations
 
+import os
+import shlex
 from pathlib import Path
 
 from ..utils.errors import GPSEError
 
-__all__ = ["DEFAULT_PORT", "LOOPBACK", "MASTER_PORT_OFFSET", "MAX_PORT", "check_host_plan", "read_host_file"]
+__all__ = ["DEFAULT_PORT", "LOOPBACK", "MASTER_PORT_OFFSET", "MAX_PORT", "check_host_plan", "read_host_file",
+           "ssh_command"]
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_PORT = 30050
@@ -72,3 +77,8 @@ def check_host_plan(hosts: list, where: str = "hosts") -> None:
                         f"server's port + {MASTER_PORT_OFFSET}), which is "
                         f"{'out of range' if port + MASTER_PORT_OFFSET > MAX_PORT else 'a server port'}; "
                         f"give the first host another port")
+
+
+def ssh_command() -> list:
+    """The ssh client and its options: ``GPSE_DGL_SSH`` split as a shell would (default ``ssh``)."""
+    return shlex.split(os.environ.get("GPSE_DGL_SSH", "ssh")) or ["ssh"]

@@ -45,7 +45,7 @@ from pathlib import Path
 from ..utils.errors import GPSEError, RunFailedError
 from ..utils.lock import RunLock
 from . import leftovers
-from .hosts import DEFAULT_PORT, LOOPBACK, MASTER_PORT_OFFSET, check_host_plan, read_host_file
+from .hosts import DEFAULT_PORT, LOOPBACK, MASTER_PORT_OFFSET, check_host_plan, read_host_file, ssh_command
 from .partition import read_partition_info
 
 __all__ = ["LaunchError", "Process", "launch", "read_host_file", "check_host_plan", "LOOPBACK", "VIA"]
@@ -109,14 +109,15 @@ def _die_with_parent() -> None:
 
 
 def _remote(via: str, host: str, env: dict, command: list) -> list:
-    exports = {k: v for k, v in env.items() if k.startswith(("DGL_", "GPSE_DGL_", "MASTER_", "OMP_"))
-               or k in ("RANK", "WORLD_SIZE", "PYTHONPATH")}
+    # GLOO_ / TP_: torch.distributed's choice of network interface (GLOO_SOCKET_IFNAME) on hosts with several
+    exports = {k: v for k, v in env.items() if k.startswith(("DGL_", "GPSE_DGL_", "MASTER_", "OMP_", "GLOO_", "TP_"))
+               or k in ("RANK", "WORLD_SIZE", "PYTHONPATH", "PYTHONUNBUFFERED", "MALLOC_MMAP_THRESHOLD_")}
     if via == "ssh":
-        line = " ".join([f"cd {shlex.quote(os.getcwd())} &&", "env"]
+        line = " ".join([f"cd {shlex.quote(os.getcwd())} &&", "exec", "env"]
                         + [f"{k}={shlex.quote(v)}" for k, v in sorted(exports.items())]
                         + [shlex.quote(c) for c in command])
         # -tt: the remote command gets a terminal, so it is hung up when this ssh is stopped
-        return ["ssh", "-tt", "-o", "BatchMode=yes", host, line]
+        return [*ssh_command(), "-tt", "-o", "BatchMode=yes", host, line]
     # srun inherits this environment (--export=ALL) and stops its task when it is stopped
     return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--export=ALL", "--kill-on-bad-exit=1",
             *command]

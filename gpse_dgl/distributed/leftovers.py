@@ -31,7 +31,7 @@ import subprocess
 from pathlib import Path
 
 from ..utils.lock import RunLock
-from .hosts import LOOPBACK
+from .hosts import LOOPBACK, ssh_command
 from .runtime import shared_memory_prefix
 
 __all__ = ["RECORD", "record", "clean", "clean_directory", "shared_memory_glob", "remove_shared_memory"]
@@ -69,7 +69,7 @@ def remove_shared_memory(run_id: str, hosts=(), via: str = "local") -> list:
     if via in ("ssh", "srun"):
         line = f"rm -f /dev/shm/{shared_memory_glob(run_id)}"
         for host in hosts:
-            command = (["ssh", "-o", "BatchMode=yes", host, line] if via == "ssh" else
+            command = ([*ssh_command(), "-o", "BatchMode=yes", host, line] if via == "ssh" else
                        ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "sh", "-c", line])
             try:
                 subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
