@@ -303,3 +303,32 @@ def test_shared_memory_of_a_killed_launcher_is_removed_by_the_next_start_or_clea
     done = _cli("launch", "--cleanup", str(out), timeout=60)
     assert done.returncode == 0 and "removed 1 shared-memory file(s)" in done.stdout, done.stdout + done.stderr
     assert not os.path.exists(left[0])
+
+
+def test_the_srun_path_with_a_stub_srun(small_run, tmp_path):
+    """``--via srun`` against a stub ``srun`` that records its arguments and runs the task here (the docs
+    say this path has not run on a real SLURM cluster)."""
+    tmp, g, model = small_run
+    stub = tmp_path / "bin" / "srun"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\n"
+                    f"printf '%s\\n' \"$*\" >> {tmp_path / 'srun_calls.txt'}\n"
+                    "while [ $# -gt 0 ]; do case \"$1\" in --*) shift ;; *) break ;; esac; done\n"
+                    "exec \"$@\"\n")
+    stub.chmod(0o755)
+    hosts = tmp_path / "hosts.txt"
+    hosts.write_text("127.0.0.1 30061\n127.0.0.1\n")  # a host twice, the second without a port
+    env = dict(ENV, PATH=f"{stub.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    done = subprocess.run([sys.executable, "-m", "gpse_dgl", "launch", str(tmp / "parts"), "--out",
+                           str(tmp_path / "enc"), "--hosts", str(hosts), "--via", "srun", "--checkpoint",
+                           str(tmp / "model.pt"), "--seed", "3", "--timeout", "200"],
+                          env=env, capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert (read_encodings(tmp_path / "enc") - encode_large(model, g, seed=3)).abs().max().item() < 1e-5
+    calls = (tmp_path / "srun_calls.txt").read_text().splitlines()
+    assert len(calls) == 4 and all(c.startswith("--nodes=1 --ntasks=1 --nodelist=127.0.0.1 --export=ALL "
+                                                "--kill-on-bad-exit=1 ") for c in calls), calls
+    assert sum("gpse_dgl.distributed.worker server" in c for c in calls) == 2
+    assert sum("gpse_dgl.distributed.worker encode" in c for c in calls) == 2
+    ip_config = (tmp_path / "enc" / "logs" / "ip_config.txt").read_text()
+    assert ip_config == "127.0.0.1 30061\n127.0.0.1 30050\n"

@@ -21,7 +21,9 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..nn.random_features import structure_keys
 from ..utils.errors import GPSEError, InputDataError
+from ..utils.graph import as_simple_undirected
 from ..utils.io import save_graphs_atomic
 
 __all__ = ["MANIFEST", "shard_path", "write_shard", "write_manifest", "read_manifest", "read_shard",
@@ -110,9 +112,6 @@ def gather(out_dir, path, graph: dgl.DGLGraph | None = None, use_source: bool = 
 
 def _check_structure(graph: dgl.DGLGraph, manifest: dict, out_dir) -> None:
     """The graph must be the partitioned one: its structure key is the one recorded (when recorded)."""
-    from ..nn.random_features import structure_keys
-    from ..utils.graph import as_simple_undirected
-
     recorded = manifest.get("feature_key")
     if recorded is None:
         return

@@ -41,8 +41,11 @@ from typing import Iterator
 from .. import _env  # noqa: F401
 import dgl
 
-__all__ = ["TEMP_SUFFIX", "atomic_path", "atomic_directory", "check_replaceable", "atomic_write_text", "atomic_write_bytes", "save_graphs_atomic",
-           "remove_stale_temps", "file_mode"]
+from .errors import GPSEError
+from .lock import RunLock
+
+__all__ = ["TEMP_SUFFIX", "atomic_path", "atomic_directory", "check_replaceable", "atomic_write_text",
+           "atomic_write_bytes", "save_graphs_atomic", "remove_stale_temps", "file_mode"]
 
 TEMP_SUFFIX = ".gpse-tmp"
 
@@ -171,8 +174,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 def check_replaceable(path: str | os.PathLike, overwrite: bool, option: str = "--out") -> None:
     """One-line error unless ``path`` is missing, an empty directory, or a directory and ``overwrite``
     (a check a command makes before its work; :func:`atomic_directory` makes it again)."""
-    from .errors import GPSEError
-
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise GPSEError(f"{option} {path}: is a file, expected a directory")
@@ -191,8 +192,6 @@ def atomic_directory(path: str | os.PathLike, overwrite: bool = False, option: s
     error the temporary directory is removed and ``path`` is left as it was; one left by a killed
     process is removed by the next write (:func:`remove_stale_temps`).
     """
-    from .lock import RunLock
-
     path = Path(path)
     check_replaceable(path, overwrite, option)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ import dgl
 import dgl.function as fn
 
 from ...data.registry import load_dataset
+from ...data.tables import columns_note, records_note
 from ...data.user_data import recipe_data_options
 from ...utils.errors import RecipeError
 from ...utils.graph import as_simple_undirected
@@ -80,8 +81,6 @@ def _edge_mean_features(g, key: str):
 
 
 def describe(prepared: Prepared) -> str:
-    from ...data.tables import columns_note, records_note
-
     ds, info = prepared.dataset, prepared.feature_info
     cache = f", cache {info['cache']}" if info.get("cache") else ""
     invalid, text = ds.info.get("invalid_records"), ds.info.get("text_columns")
