@@ -29,7 +29,7 @@ FLOORS = (
     ("gpse_dgl",),           # the package __init__ (imports _env; holds __version__)
     ("_private",),           # every private DGL / torch access, pinned to the releases it was checked on
     ("utils",),              # errors, I/O, devices, precision, checkpoints: shared by everything above
-    ("pse", "data"),         # explicit encodings; graph sources and caches
+    ("pse", "data", "kernels"),  # explicit encodings; graph sources and caches; C++ / Triton kernels and their dispatch
     ("nn", "recipe_files"),  # layers, the GPSE encoder and heads, downstream models; reading recipe YAML
     ("encode", "recipes"),   # inference with a pretrained encoder; recipe schema and validation
     ("train", "distributed"),  # pretraining and downstream loops; one graph on dgl.distributed
@@ -202,6 +202,34 @@ def test_the_training_pipelines_do_not_import_each_other():
 def test_no_private_name_is_imported_from_another_module():
     found = private_imports()
     assert not found, "make these names public (or keep the use in their module): " + "; ".join(found)
+
+
+#: The package of the compiled and Triton kernels: the rest of gpse_dgl imports its ``__init__`` (the dispatch)
+#: only, never one of its modules.
+KERNELS = f"{PACKAGE}.kernels"
+
+
+def kernel_module_imports() -> list[str]:
+    """Imports of a module of ``gpse_dgl.kernels`` (not the package's dispatch) from outside the package."""
+    found = []
+    for module, path, node in import_statements():
+        if module == KERNELS or module.startswith(KERNELS + "."):
+            continue
+        found += [f"{site(path, node)} imports {target}" for target in
+                  imported_modules(node, module, path.name == "__init__.py") if target.startswith(KERNELS + ".")]
+    return found
+
+
+def test_nothing_outside_kernels_imports_a_kernel_module():
+    found = kernel_module_imports()
+    assert not found, ("call kernels through gpse_dgl.kernels (its registry picks the path); a kernel module is "
+                       "imported inside gpse_dgl/kernels/ only: " + "; ".join(found))
+
+
+def test_kernel_sources_live_in_kernels():
+    stray = sorted(p.relative_to(ROOT.parent).as_posix() for p in ROOT.rglob("*") if p.suffix in (".cpp", ".h", ".cu")
+                   and ROOT / "kernels" not in p.parents)
+    assert not (ROOT / "nn" / "csrc").exists() and not stray, f"C++ sources belong in gpse_dgl/kernels/csrc/: {stray}"
 
 
 def test_dgl_is_imported_after_the_settings():

@@ -47,7 +47,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
-from ..nn import gpu_kernels
+from .. import kernels
 from ..nn.random_features import random_node_features
 from ..utils.precision import autocast, resolve_precision
 from ..utils.progress import progress as progress_bar
@@ -113,7 +113,7 @@ def forward_bytes(g: dgl.DGLGraph, dim: int, device, num_graphs: int | None = No
     """
     nodes = g.num_nodes()
     rows = nodes + (g.batch_size if num_graphs is None else num_graphs)
-    per_edge = torch.device(device).type != "cpu" and not gpu_kernels.available()
+    per_edge = torch.device(device).type != "cpu" and not kernels.available("triton")
     edges = g.num_edges() + 2 * nodes if per_edge else nodes
     return 4 * dim * (6 * rows + edges)
 

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from .. import __version__ as gpse_version, _env  # noqa: F401  (_env before dgl)
 import dgl
 
-from ..nn import native
+from .. import kernels
 from ..utils import devices
 from ..utils.io import atomic_write_text
 from ..utils.progress import progress
@@ -112,8 +112,8 @@ def run_environment(ctx, device, precision: str, requested_threads: int | None) 
               "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if device.type == "cuda":
         record["device_name"] = torch.cuda.get_device_name(device)
-    else:
-        record["gated_sum"] = native.describe()  # the compiled kernels or torch ops (gpse_dgl.nn.native)
+    # the path each op took (dgl, fused-cpu, triton, torch) and the state of the device's kernels
+    record["kernels"] = {"paths": kernels.paths(device), "state": kernels.describe(device)}
     record["versions"] = {"gpse_dgl": gpse_version, "python": platform.python_version(),
                           "torch": torch.__version__, "dgl": dgl.__version__, "numpy": np.__version__,
                           "scipy": scipy.__version__}
