@@ -54,9 +54,9 @@ def _settings(pe: dict) -> dict:
     if settings["gpse_sampled"]:
         settings["gpse_fanouts"] = [int(f) for f in pe["gpse_fanouts"]]
     settings["storage"] = pe.get("storage", "float32")
-    precision = pe.get("gpse_precision") or "fp32"
-    if precision != "fp32":  # fp32 keys stay those of earlier caches (and the key's name, "precision")
-        settings["precision"] = precision
+    precision = pe.get("gpse_precision")  # decided by the job (None: fp32)
+    if precision is not None and precision.autocast_enabled:  # fp32 keys stay those of earlier caches
+        settings["precision"] = precision.name
     return settings
 
 
