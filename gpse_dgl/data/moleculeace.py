@@ -66,7 +66,8 @@ DESIGN_TARGETS = ("CHEMBL1862_Ki", "CHEMBL2047_EC50", "CHEMBL204_Ki", "CHEMBL218
 REPORT_TARGETS = tuple(t for t in TARGETS if t not in DESIGN_TARGETS)
 VAL_FRACTION = 0.1  # of the published training split, per cliff class
 COLUMNS = ("smiles", "exp_mean [nM]", "y", "cliff_mol", "split")
-INSTALL_HINT = "`pip install --no-deps moleculeace` installs the files (nothing else is needed), or copy them to {where}"
+INSTALL_HINT = ("`pip install --no-deps moleculeace` installs the files (nothing else is needed), or copy them "
+                "to {where}")
 _TARGET = re.compile(r"^CHEMBL\d+_(Ki|EC50)$")
 
 
