@@ -19,8 +19,9 @@ run once with the chosen settings), ``moleculeace`` (all 30) or target names. Ev
 over the test set and over its activity-cliff compounds (``cliff_mol == 1``).
 
 Every finished run goes at once into the ledger (``--ledger``, default ``benchmarks/moleculeace.json``)
-with its budget fingerprint: the settings and the content of the code that computes the arm (and of the
-GPSE checkpoint). A later call skips what the ledger holds for the same fingerprint, and an interrupted GNN
+with its budget fingerprint: the settings and the content of the code that computes the arm (for the GPSE
+descriptor: the checkpoint's content and its encodings of a few fixed molecules, :func:`encoder_fingerprint`;
+for the GNN arms: the recipe and the package's source). A later call skips what the ledger holds for the same fingerprint, and an interrupted GNN
 run continues from its ``last.pt`` under ``--out``.
 
 Examples::
@@ -53,7 +54,8 @@ sys.path.insert(0, str(HERE))
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from paper_tables import Ledger, budget_key, host, parse_worker, stats  # noqa: E402
+from _ledger import Ledger, open_ledger  # noqa: E402
+from paper_tables import budget_key, host, parse_worker, stats  # noqa: E402
 
 SVM_METHODS = ("ecfp-svm", "gpse-svm", "ecfp+gpse-svm")
 MODELS = ("gine", "gps")
@@ -61,9 +63,11 @@ PE_SOURCES = ("none", "RWSE", "AllPSE", "GPSE")
 EXPLICIT = ("RWSE", "AllPSE")
 GNN_METHODS = tuple(f"{m}-{s}" for m in MODELS for s in PE_SOURCES)
 RECIPE = ROOT / "recipes" / "downstream" / "moleculeace.yaml"
-#: The code a GPSE encoding runs (the checkpoint's content is fingerprinted apart).
-ENCODER_CODE = ("gpse_dgl/encode", "gpse_dgl/nn/gpse.py", "gpse_dgl/nn/gated_conv.py", "gpse_dgl/nn/virtual_node.py",
-                "gpse_dgl/nn/ops.py")
+#: Molecules whose GPSE encodings fingerprint the encoder as it runs (:func:`encoder_fingerprint`).
+PROBE = ("CCO", "c1ccccc1O", "CC(=O)Nc1ccc(O)cc1", "C1CCC2(CC1)OCCO2", "O=C(O)c1ccncc1", "CN1CCN(CC1)c1ccc(F)cc1",
+         "c1ccc2c(c1)[nH]c1ccccc12", "CC(C)(C)OC(=O)N1CCC(CC1)C#N")
+FIELDS = ("target", "method", "arm", "seed", "rmse", "cliff_rmse", "seconds", "host")
+ABOUT = "benchmarks/moleculeace.py: one record per finished run"
 #: Settings of the GPSE descriptor, chosen on the design targets (benchmarks/RESULTS.md, MoleculeACE).
 DEFAULT_POOLING, DEFAULT_WEIGHT = "mean", 1.0
 QUICK_TARGETS = ("CHEMBL2835_Ki", "CHEMBL2047_EC50")
@@ -110,15 +114,35 @@ def code_version(*parts: str) -> str:
     return digest.hexdigest()[:16]
 
 
+def encoder_fingerprint(checkpoint) -> str:
+    """The GPSE encoder as it computes: sha256 (16 hex) of its file and of its encodings of :data:`PROBE`
+    rounded to 4 decimals. A change to the encoder's code that changes its output changes this; a change
+    that does not (a faster kernel) leaves the GPSE descriptor's runs valid."""
+    import numpy as np
+
+    from gpse_dgl.data._io import ogb_smiles_graph
+    from gpse_dgl.encode import encode_dataset, load_gpse
+    from gpse_dgl.train.downstream.features import checkpoint_identity
+
+    key = str(checkpoint)
+    if key not in _FINGERPRINTS:
+        encodings = encode_dataset(load_gpse(checkpoint), [ogb_smiles_graph(s) for s in PROBE], progress=False)
+        values = np.round(np.concatenate([e.numpy() for e in encodings]).astype(np.float64), 4) + 0.0
+        digest = hashlib.sha256(checkpoint_identity(checkpoint)["sha256"].encode() + values.tobytes())
+        _FINGERPRINTS[key] = digest.hexdigest()[:16]
+    return _FINGERPRINTS[key]
+
+
+_FINGERPRINTS: dict = {}
+
+
 def svm_budget(method: str, settings: dict) -> str:
     import _svr
-    from gpse_dgl.train.downstream.features import checkpoint_identity
 
     key = {"method": method, "grid": _svr.GRID, "epsilon": _svr.EPSILON, "folds": [_svr.FOLDS, _svr.CV_SEED],
            "code": code_version("benchmarks/_svr.py", "gpse_dgl/data/moleculeace.py")}
     if method != "ecfp-svm":
-        key.update(pooling=settings["pooling"], checkpoint=checkpoint_identity(settings["checkpoint"])["sha256"],
-                   encoder=code_version(*ENCODER_CODE))
+        key.update(pooling=settings["pooling"], encoder=encoder_fingerprint(settings["checkpoint"]))
     if method == "ecfp+gpse-svm":
         key["weight"] = settings["weight"]
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -203,9 +227,7 @@ class Descriptors:
 
         from gpse_dgl.data.registry import load_dataset
         from gpse_dgl.encode import encode_dataset, load_gpse
-        from gpse_dgl.train.downstream.features import checkpoint_identity
-
-        tag = checkpoint_identity(self.checkpoint)["sha256"][:12] + code_version(*ENCODER_CODE)[:8]
+        tag = encoder_fingerprint(self.checkpoint)
         path = self.out / "gpse-encodings" / tag / f"{target}.npz"
         if path.is_file():
             with np.load(path) as stored:
@@ -486,9 +508,7 @@ def main(argv=None) -> None:
     settings = {"pooling": args.pooling, "weight": args.gpse_weight, "checkpoint": args.checkpoint}
     try:
         plan = plan_runs(methods, targets, args.seeds, settings, overrides, args.checkpoint)
-        ledger = Ledger(args.ledger)
-        for path in args.merge:
-            print(f"{path}: {ledger.merge(Ledger(path))} run(s) taken into {args.ledger}")
+        ledger = open_ledger(args.ledger, args.merge, FIELDS, ABOUT, args.report_only)
         if not args.report_only:
             run_all(plan, ledger, args.out, settings, args.threads, parse_worker(args.worker))
     except GPSEError as exc:
