@@ -52,15 +52,15 @@ def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
 
         graphs, labels = read_graph_file(input_path)
         return graphs, labels, f"{input_path}"
-    from ..data.tables import skeleton_table
+    from ..data.tables import columns_note, records_note, skeleton_table
 
-    graphs, labels, invalid = skeleton_table(str(smiles), smiles_column)
+    graphs, labels, invalid, text = skeleton_table(str(smiles), smiles_column)
     if not graphs:
         raise GPSEError(f"{smiles}: no valid SMILES found")
-    shown = ", ".join(str(i) for i in invalid[:5]) + (", ..." if len(invalid) > 5 else "")
-    note = f", {len(invalid)} invalid skipped (records {shown}, numbered from 0)" if invalid else ""
+    note = f", {len(invalid)} invalid skipped ({records_note(invalid)})" if invalid else ""
     kept = [name for name in labels if name != "smiles_index"]
     columns = f"; labels kept: {', '.join(kept)}" if kept else ""
+    columns += f"; not numbers, not kept: {columns_note(text)}" if text else ""
     return graphs, labels, f"{smiles} ({plural(len(graphs), 'molecule')}{note}{columns})"
 
 

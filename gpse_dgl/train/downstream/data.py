@@ -16,6 +16,7 @@ import dgl
 import dgl.function as fn
 
 from ...data.registry import load_dataset
+from ...data.tables import columns_note, records_note
 from ...data.user_data import recipe_data_options
 from ...utils.errors import RecipeError
 from ...utils.graph import as_simple_undirected
@@ -83,8 +84,12 @@ def _edge_mean_features(g, key: str):
 def describe(prepared: Prepared) -> str:
     ds, info = prepared.dataset, prepared.feature_info
     cache = f", cache {info['cache']}" if info.get("cache") else ""
-    return (f"{ds.name}: {len(prepared.graphs)} graph(s), {ds.task}-level {ds.task_type}, metric "
-            f"{prepared.spec.metric}; PE {info['source']} ({info['dim']} columns{cache}, {info['seconds']:.1f} s)")
+    invalid, text = ds.info.get("invalid_records"), ds.info.get("text_columns")
+    skipped = f" ({len(invalid)} invalid SMILES skipped: {records_note(invalid)})" if invalid else ""
+    dropped = f"; not numbers, not targets: {columns_note(text)}" if text else ""
+    return (f"{ds.name}: {len(prepared.graphs)} graph(s){skipped}, {ds.task}-level {ds.task_type}, metric "
+            f"{prepared.spec.metric}{dropped}; PE {info['source']} ({info['dim']} columns{cache}, "
+            f"{info['seconds']:.1f} s)")
 
 
 def graph_batches(prepared: Prepared, indices: torch.Tensor, batch_size: int):
