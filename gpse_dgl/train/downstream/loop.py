@@ -28,7 +28,7 @@ from ..mixed_precision import MixedPrecision
 from ..runtime import derive_seed, progress_bar
 from .checkpoints import checkpoint_payload
 from .data import Prepared, graph_batches
-from .evaluation import SPLITS, TaskSpec, compute_loss
+from .evaluation import SPLITS, TaskSpec, compute_loss, group_scores
 from .models import uses_edge_features
 from .runs import RunPlan, RunState
 
@@ -130,7 +130,7 @@ class Trainer:
             # fallback so every run reports something.
             state.best_epoch = record["epoch"]
             state.best = {"train": record["train"]["metric"], "val": value, "test": record["test"]["metric"],
-                          "val_loss": record["val"]["loss"]}
+                          "val_loss": record["val"]["loss"], **group_scores(record)}
             return True
         return False
 
@@ -236,7 +236,7 @@ class Trainer:
                 return {split: self._split_scores(pred[self.plan.splits[split]],
                                                   self.prepared.labels[self.plan.splits[split]])
                         for split in ("val", "test")}
-            return {split: self._scores(*self._predict(split)) for split in ("val", "test")}
+            return {split: self._graph_scores(split) for split in ("val", "test")}
         finally:
             self.model.train()
 
@@ -252,6 +252,19 @@ class Trainer:
             targets.append(batch[-1])
             losses.append((compute_loss(self.spec.loss, pred, batch[-1]), len(batch[-1])))
         return preds, targets, losses
+
+    def _graph_scores(self, split: str) -> dict:
+        """The split's scores and, under ``"groups"``, the metric over the split's members of each of the
+        dataset's groups (e.g. the RMSE over MoleculeACE's activity-cliff compounds)."""
+        preds, targets, losses = self._predict(split)
+        scores = self._scores(preds, targets, losses)
+        groups = getattr(self.prepared.dataset, "groups", None)
+        if groups and preds:
+            pred, target = torch.cat(preds).float(), torch.cat(targets)
+            members = self.plan.splits[split]  # _predict keeps the split's order
+            scores["groups"] = {name: self.spec.score(target[mask[members]], pred[mask[members]])
+                                for name, mask in groups.items()}
+        return scores
 
     def _split_scores(self, pred, target) -> dict:
         return self._scores([pred], [target], [(compute_loss(self.spec.loss, pred, target), len(target))])

@@ -56,7 +56,7 @@ class RunState:
 
     epoch: int = 0
     best_epoch: int = -1
-    best: dict = field(default_factory=dict)   # {"train": .., "val": .., "test": .., "val_loss": ..}
+    best: dict = field(default_factory=dict)   # {"train", "val", "test", "val_loss"[, "groups"]}
     history: list = field(default_factory=list)
 
 
@@ -72,4 +72,4 @@ def run_result(plan: RunPlan, state: RunState, status: str) -> dict:
     best = state.best or {}
     return {"run": plan.name, "seed": plan.seed, "repeat": plan.repeat, "fold": plan.fold, "status": status,
             "epochs": state.epoch, "best_epoch": state.best_epoch,
-            **{split: best.get(split) for split in SPLITS}}
+            **{split: best.get(split) for split in SPLITS}, **best.get("groups", {})}
