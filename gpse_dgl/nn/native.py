@@ -56,7 +56,7 @@ __all__ = ["GatedCSR", "PackedSources", "accumulates_in_place", "describe", "fac
 _CSRC = Path(__file__).parent / "csrc"
 #: The extension's sources (one module; ``native.h`` declares what ``bindings.cpp`` binds).
 SOURCES = [_CSRC / "bindings.cpp", _CSRC / "gated_sum.cpp", _CSRC / "gated_sum_packed.cpp",
-           _CSRC / "dropout.cpp", _CSRC / "residual.cpp"]
+           _CSRC / "relu_sum.cpp", _CSRC / "dropout.cpp", _CSRC / "residual.cpp"]
 _HEADERS = [_CSRC / "native.h", _CSRC / "gated_sum.h", _CSRC / "splitmix64.h"]
 #: Compiler flags: the machine's own vector instructions (the build is per machine), and fast math so
 #: that the edge loop vectorises (min/max without NaN cases, reassociated arithmetic); the kernel's exp is

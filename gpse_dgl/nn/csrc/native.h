@@ -40,6 +40,12 @@ void gated_sum_pack(at::Tensor q, at::Tensor val, at::Tensor slab, at::Tensor fl
 void gated_sum_packed_forward(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor slab,
                               at::Tensor q_flag, at::Tensor out);
 
+// relu_sum.cpp: GINE's aggregation sum_{e = (u, v)} relu(x[u] + ef[e]) and its gradients
+void relu_sum_forward(at::Tensor indptr, at::Tensor src, at::Tensor eid, at::Tensor x, at::Tensor ef, at::Tensor out);
+void relu_sum_grad_edge(at::Tensor indptr, at::Tensor src, at::Tensor eid, at::Tensor x, at::Tensor ef,
+                        at::Tensor grad_out, at::Tensor grad_ef);
+void relu_sum_grad_source(at::Tensor indptr, at::Tensor eid, at::Tensor grad_ef, at::Tensor grad_x);
+
 // dropout.cpp: dropout noise from a counter-based generator
 void dropout_noise(int64_t seed, double p, at::Tensor out);
 
