@@ -17,7 +17,7 @@ nodes/s and, for exact layer-wise inference, the fraction of the matmul peak of 
 in the same run (PyG has no layer-wise large-graph inference to compare with).
 
 Each runs once per CPU path of the gated sum (``--paths fused,torch``: the fused C++ kernel of
-:mod:`gpse_dgl.nn.native`, or torch ops with ``GPSE_DGL_NATIVE=0``). Beside each layer-wise time the
+:mod:`gpse_dgl.kernels.cpu`, or torch ops with ``GPSE_DGL_NATIVE=0``). Beside each layer-wise time the
 report gives, measured in the same process, the products alone (one layer's four maps over every node,
 times the layers) and the edges alone (one gated sum over the whole graph, times the layers), the bytes
 of source rows the fused kernel reads per edge, and the largest difference between the paths' encodings
@@ -107,9 +107,9 @@ def run_one(args) -> dict:
         result.update(fanouts=args.fanouts, sample_batch_size=args.sample_batch_size or graph.num_nodes())
     # CPU seconds of all threads: with a busy machine, cpu_s / threads estimates the wall time of a quiet one.
     result["cpu_s"] = round(time.process_time() - c0, 1)
-    from gpse_dgl.nn import native
+    from gpse_dgl import kernels
 
-    result["path"] = "fused" if native.kernel() is not None else "torch"
+    result["path"] = kernels.paths("cpu")["gated_sum"]  # fused-cpu, or torch with GPSE_DGL_NATIVE=0
     result["peak_rss_gb"] = round(_rss_gb(), 3)  # of the encode, before the parts below allocate theirs
     if args.mode == "layerwise":
         result.update(_parts(model, graph, args))
@@ -125,9 +125,9 @@ def _parts(model, graph, args) -> dict:
     rows; packed, the same bytes in one record per block of columns, mostly from the cache)."""
     import torch
 
+    from gpse_dgl import kernels
     from gpse_dgl.nn.gated_conv import product_dtype
-    from gpse_dgl.nn import native
-    from gpse_dgl.nn.ops import gated_sum, packs_sources
+    from gpse_dgl.nn.ops import gated_sum
     from gpse_dgl.utils import memory
     from gpse_dgl.utils.precision import autocast, product_input
 
@@ -153,18 +153,18 @@ def _parts(model, graph, args) -> dict:
             # as the encode does them: on the CPU kernel's path the sources packed once into a kept slab and
             # summed by column blocks, elsewhere gated sums; into a sum kept from layer to layer
             if packed:
-                native.packed_gated_sum(indptr, index, key, native.pack_sources(query, value, out=slab), summed)
+                kernels.packed_gated_sum(indptr, index, key, kernels.pack_sources(query, value, out=slab), summed)
             else:
                 gated_sum(graph, key, query, value, out=summed)
 
         query, value = products()  # warm: kernels compiled, shapes seen
         key = conv.destination_projections(product_input(h))[0]
         summed = torch.zeros(graph.num_nodes(), args.dim)
-        packed = packs_sources(h.device, query.dtype)
+        packed = kernels.packs_sources(h.device, query.dtype)
         if packed:
-            csr = native.GatedCSR.of(graph)
+            csr = kernels.GatedCSR.of(graph)
             indptr, index = csr.dst_indptr, csr.dst_index
-            slab = memory.empty(native.packed_shape(*query.shape, query.dtype), dtype=query.dtype)
+            slab = memory.empty(kernels.packed_shape(*query.shape, query.dtype), dtype=query.dtype)
         edges()
         t0 = time.perf_counter()
         query, value = products()
@@ -289,7 +289,7 @@ def precision_records(args, results) -> list:
 
 
 def _format(r: dict) -> str:
-    head = (f"{r['mode']:<9} {r['precision']} {r['path']:<5} {r['nodes']:,} nodes, {r['directed_edges']:,} directed edges, "
+    head = (f"{r['mode']:<9} {r['precision']} {r['path']:<9} {r['nodes']:,} nodes, {r['directed_edges']:,} directed edges, "
             f"{r['layers']} x {r['dim']}, {r['threads']} threads: ")
     if "seconds_extrapolated" in r:
         time_part = (f"{r['seconds_timed']} s for {r['seeds_timed']:,} seeds -> {r['nodes_per_s']:,} nodes/s, "

@@ -135,8 +135,8 @@ def bench_molecules(graphs, batch_size, device, repeats) -> dict:
     import dgl
     from torch_geometric.nn.models.gpse import precompute_GPSE
 
+    from gpse_dgl import kernels
     from gpse_dgl.encode import encode_dataset
-    from gpse_dgl.nn import gpu_kernels
     from gpse_dgl.nn.random_features import random_node_features
 
     ours, theirs = _models(device)
@@ -165,8 +165,8 @@ def bench_molecules(graphs, batch_size, device, repeats) -> dict:
     ours_e2e = _time(ours_end_to_end, device, repeats)
     # On CUDA, the same forward and encode without the Triton kernels (the torch ops they replace), same run.
     torch_ops = {}
-    if str(device).startswith("cuda") and gpu_kernels.available():
-        with gpu_kernels.disabled(), torch.no_grad():
+    if str(device).startswith("cuda") and kernels.available("triton"):
+        with kernels.disabled("triton"), torch.no_grad():
             ours(dgl_batches[0], dev_xs[0])  # warm-up
             torch_ops["forward"] = _time(lambda: [ours(b, x) for b, x in zip(dgl_batches, dev_xs)], device, repeats)
             torch_ops["end_to_end"] = _time(ours_end_to_end, device, repeats)

@@ -17,7 +17,10 @@ Runs go seed-major: seed 0 of every cell first, then seed 1, ... so that an inte
 complete table with fewer seeds rather than some cells complete and others empty. Each finished run is
 written at once to the ledger (``--ledger``, default ``benchmarks/paper_tables.json``, kept in git) with
 its budget fingerprint; a later call (any machine) skips what the ledger holds for the same budget and
-continues an interrupted run from its ``last.pt`` under ``--out``.
+continues an interrupted run from its ``last.pt`` under ``--out``. A ledger that cannot be used (empty,
+truncated, ``{}``), a ``--merge`` file that does not exist and ``--report-only`` without a ledger stop the
+script with one line (``benchmarks/_ledger.py``); a row with runs in the ledger at another budget only (e.g.
+another GPSE encoder) gets a line saying so under its table.
 
 Examples::
 
@@ -51,6 +54,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
+
+from _ledger import Ledger, open_ledger  # noqa: E402  (Ledger: other scripts import it from here)
 
 SOURCES = ("none", "random", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
 EXPLICIT = ("LapPE", "RWSE", "LapPE+RWSE", "AllPSE")
@@ -111,6 +116,14 @@ def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse
     return cells
 
 
+def encoder_of(recipe: dict) -> str | None:
+    """The GPSE encoder of a recipe by its file's content (sha256, 16 hex digits); ``None`` for other PEs."""
+    from gpse_dgl.train.downstream.features import checkpoint_identity
+
+    pe = recipe.get("model", {}).get("pe") or {}
+    return checkpoint_identity(pe.get("checkpoint"))["sha256"][:16] if pe.get("source") == "GPSE" else None
+
+
 def budget_key(recipe: dict) -> str:
     """Fingerprint of what makes two runs comparable: the recipe less outputs, seeds and the device, with a
     GPSE encoder named by its file's content (the default model changes between releases, and a path can be
@@ -146,35 +159,9 @@ def host(gpu: str | None = None) -> str:
     return f"{gpu} with {cpu}" if gpu else cpu
 
 
-class Ledger:
-    """Finished runs, one JSON file written atomically after every run."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self.runs = json.loads(path.read_text(encoding="utf-8"))["runs"] if path.is_file() else {}
-
-    def merge(self, other: "Ledger") -> int:
-        """Take ``other``'s records that this ledger lacks (the same key at another budget counts as
-        lacking), e.g. from a share of the sweep run elsewhere; return how many were taken."""
-        new = {key: record for key, record in other.runs.items() if not self.has(key, record["budget"])}
-        if new:
-            self.runs.update(new)
-            self._write()
-        return len(new)
-
-    def has(self, key: str, budget: str) -> bool:
-        return self.runs.get(key, {}).get("budget") == budget
-
-    def add(self, key: str, record: dict) -> None:
-        self.runs[key] = record
-        self._write()
-
-    def _write(self) -> None:
-        from gpse_dgl.utils.io import atomic_write_text
-
-        text = json.dumps({"about": "benchmarks/paper_tables.py: one record per finished run",
-                           "runs": dict(sorted(self.runs.items()))}, indent=1, allow_nan=False)
-        atomic_write_text(self.path, text + "\n")
+#: What the report reads from every record (checked when a ledger is loaded).
+FIELDS = ("table", "column", "source", "seed", "test", "seconds", "host")
+ABOUT = "benchmarks/paper_tables.py: one record per finished run"
 
 
 def pending_runs(plan, seeds, ledger: Ledger, worker: tuple[int, int] = (0, 1)):
@@ -208,7 +195,8 @@ def run_all(plan, seeds, ledger: Ledger, out: Path, threads: int | None, log=pri
                   **{split: _finite(run[split]) for split in ("train", "val", "test")},
                   "seconds": round(time.perf_counter() - started, 1),
                   "host": host(summary.get("environment", {}).get("device_name")),
-                  "date": time.strftime("%Y-%m-%d"), "parameters": summary["model"]["num_parameters"]}
+                  "date": time.strftime("%Y-%m-%d"), "parameters": summary["model"]["num_parameters"],
+                  **({"encoder": encoder_of(recipe)} if source.startswith("GPSE") else {})}
         ledger.add(key, record)
         log(f"{key}: val {record['val']:.4f} test {record['test']:.4f} ({record['seconds']:.0f} s)")
 
@@ -232,6 +220,32 @@ def collect(ledger: Ledger, table: str, budgets: dict) -> dict:
         for runs in column.values():
             runs.sort(key=lambda r: r["seed"])
     return cells
+
+
+def empty_rows(plan, table: str, ledger: Ledger, budgets: dict) -> list[str]:
+    """One line per cell of ``table`` that the ledger holds runs of, none at this call's budget, saying why
+    the row is empty: another GPSE encoder (by the records' ``encoder``, or because the cell's other rows
+    are at this budget, so that only the encoder differs) or another budget (recipe, epochs, ``--set``)."""
+    current = {(c, s): r for t, c, s, r in plan if t == table}
+    matched = {(r["column"], r["source"]) for r in ledger.runs.values()
+               if r["table"] == table and budgets.get((r["column"], r["source"])) == r["budget"]}
+    elsewhere: dict = {}
+    for record in ledger.runs.values():
+        cell = (record["column"], record["source"])
+        if record["table"] == table and cell in current and cell not in matched:
+            elsewhere.setdefault(cell, []).append(record)
+    lines = []
+    for (column, source), records in sorted(elsewhere.items()):
+        theirs = sorted({r["encoder"] for r in records if r.get("encoder")})
+        ours = encoder_of(current[column, source])
+        if ours and theirs and ours not in theirs:
+            why = f"with another GPSE encoder ({', '.join(theirs)}; this call's is {ours})"
+        elif ours and any(c == column for c, _ in matched):
+            why = "with another GPSE encoder (the column's other rows are at this budget)"
+        else:
+            why = "at another budget (recipe, epochs, --set or encoder differ)"
+        lines.append(f"{table}/{column}/{source}: empty: the ledger's {len(records)} run(s) of it were made {why}")
+    return lines
 
 
 def stats(values) -> tuple[float, float]:
@@ -380,9 +394,7 @@ def main(argv=None) -> None:
                 for column, source, recipe in cell_recipes(
                     table, [c for c in columns if c in TABLES[table][1]] if columns else None,
                     args.sources.split(","), overrides, args.checkpoint, extra)]
-        ledger = Ledger(args.ledger)
-        for path in args.merge:
-            print(f"{path}: {ledger.merge(Ledger(path))} run(s) taken into {args.ledger}")
+        ledger = open_ledger(args.ledger, args.merge, FIELDS, ABOUT, args.report_only)
         if not args.report_only:
             run_all(plan, range(args.seeds), ledger, args.out, args.threads, worker=worker)
     except GPSEError as exc:
@@ -391,9 +403,12 @@ def main(argv=None) -> None:
     for table in tables:
         budgets = {(c, s): budget_key(r) for t, c, s, r in plan if t == table}
         cells = collect(ledger, table, budgets)
+        notes = empty_rows(plan, table, ledger, budgets)
         if not cells:
+            report += [f"{table}: no run at this budget in {ledger.path}", *notes, ""]
             continue
-        report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, ledger, budgets), ""]
+        report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, ledger, budgets), "",
+                   *notes, *([""] if notes else [])]
         plot(table, cells, args.figures / f"paper_{table}.png")
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "paper_tables.md").write_text("\n".join(report), encoding="utf-8")

@@ -168,8 +168,9 @@ def run_side(args) -> dict:
     k_n = model.heads.num_node_targets
 
     from gpse_dgl.train.mixed_precision import MixedPrecision
+    from gpse_dgl.utils.precision import decide_precision
 
-    mixed = MixedPrecision(args.precision, device)  # fp32: plain autocast-free steps
+    mixed = MixedPrecision(decide_precision(args.precision, device))  # fp32: plain autocast-free steps
     if args.side == "ours":
         model = model.to(device)
         batches = [ours_batch(*b, device=device) for b in data]

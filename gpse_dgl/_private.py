@@ -31,6 +31,10 @@ DGL (checked against 1.1.3 and 2.1.0):
 * :func:`pin_dgl_machine_id` -- ``dgl.distributed.rpc_client.get_local_machine_id``: a trainer's machine
   (partition) id is found by matching the host's IP addresses against the IP configuration, which
   gives machine 0 to every trainer when several partitions share one host; the launcher names it instead.
+* :func:`dgl_random_partition` -- ``dgl.distributed.partition.random_choice`` (the module-level name
+  ``partition_graph(part_method="random")`` draws its node assignment with): replaced for one call by a
+  given assignment, because DGL's draw depends on the number of OpenMP threads (not reproducible from a
+  seed) and may leave a partition empty, which ``partition_graph`` answers with a ``KeyError``.
 
 The import guard for DGL 2.x's graphbolt (:mod:`gpse_dgl._dgl_compat`) relies on DGL's package layout
 (``dgl/graphbolt/libgraphbolt_pytorch_<torch version>.so``), not on private attributes; it is checked by
@@ -57,7 +61,9 @@ Example
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 
 import numpy as np
 import torch
@@ -234,6 +240,28 @@ def isolate_dgl_shared_memory(prefix: str) -> None:
         return original(prefix + name, *args, **kwargs)
 
     _dgl_kvstore.empty_shared_mem = prefixed
+
+
+@contextlib.contextmanager
+def dgl_random_partition(assignment: torch.Tensor):
+    """Within the block, ``partition_graph(..., part_method="random")`` assigns node ``i`` to partition
+    ``assignment[i]`` (int64). Yields False, changing nothing, when DGL's layout is not the known one."""
+    module = importlib.import_module("dgl.distributed.partition")
+    original = getattr(module, "random_choice", None)
+    if original is None:
+        yield False
+        return
+
+    def fixed(num_parts, num_nodes):
+        if num_nodes != len(assignment) or int(assignment.max()) >= num_parts:
+            raise ValueError(f"the assignment covers {len(assignment)} nodes, DGL asked for {num_nodes}")
+        return assignment.clone()
+
+    module.random_choice = fixed
+    try:
+        yield True
+    finally:
+        module.random_choice = original
 
 
 def pin_dgl_machine_id(machine_id: int) -> None:

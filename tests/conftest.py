@@ -17,28 +17,28 @@ import gpse_dgl  # noqa: F401,E402
 def gated_path(request, monkeypatch):
     """Run a test on both CPU paths of ``ops.gated_sum``: the fused C++ kernel (skipped where it cannot
     be built) and the torch ops it falls back to (turning the kernels off also gives torch's dropout)."""
-    from gpse_dgl.nn import native
+    from gpse_dgl.kernels import cpu
 
     if request.param == "fused kernel":
-        if native.kernel() is None:
-            pytest.skip(native.describe())
+        if cpu.kernel() is None:
+            pytest.skip(cpu.describe())
     else:
-        monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
+        monkeypatch.setattr(cpu, "_state", {"module": None, "reason": "turned off by the test"})
     return request.param
 
 
 @pytest.fixture
 def compiled():
-    """The compiled CPU kernels of ``gpse_dgl.nn.native`` (the test is skipped where they cannot be built)."""
-    from gpse_dgl.nn import native
+    """The compiled CPU kernels of ``gpse_dgl.kernels.cpu`` (the test is skipped where they cannot be built)."""
+    from gpse_dgl.kernels import cpu
 
-    if native.kernel() is None:
-        pytest.skip(native.describe())
+    if cpu.kernel() is None:
+        pytest.skip(cpu.describe())
 
 
 @pytest.fixture
 def no_kernel(monkeypatch):
     """The compiled CPU kernels turned off: every caller takes its torch path."""
-    from gpse_dgl.nn import native
+    from gpse_dgl.kernels import cpu
 
-    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
+    monkeypatch.setattr(cpu, "_state", {"module": None, "reason": "turned off by the test"})

@@ -143,11 +143,3 @@ def test_rng_state_round_trip_through_a_checkpoint(tmp_path):
     assert torch.equal(expected[0], got[0])
     np.testing.assert_array_equal(expected[1], got[1])
     assert expected[2] == got[2]
-
-
-def test_train_checkpoint_is_the_same_module_under_its_public_name():
-    from gpse_dgl.train import checkpoint as public
-    from gpse_dgl.utils import checkpoint
-
-    assert public.__all__ == checkpoint.__all__
-    assert all(getattr(public, name) is getattr(checkpoint, name) for name in checkpoint.__all__)

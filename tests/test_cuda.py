@@ -190,9 +190,9 @@ def test_info_names_the_device_and_its_backend(device, capsys):
     assert any(line.strip().startswith(name) and f"uses the {backend!r} backend" in line
                for line in out.splitlines()), out
     if device == "cuda":
-        from gpse_dgl.nn import gpu_kernels
+        from gpse_dgl import kernels
 
-        assert f"CUDA inference kernels: {gpu_kernels.describe()}" in out
+        assert f"kernels: {kernels.describe('cuda:0')}" in out
 
 
 @pytest.mark.parametrize("name", sorted(OPS))

@@ -102,7 +102,7 @@ def test_two_processes_train_like_one_and_resume_across_world_sizes(tmp_path):
     ran = {name: json.loads((tmp_path / name / "metrics.json").read_text())["environment"] for name in ("one", "two")}
     assert (ran["one"]["world_size"], ran["one"]["backend"]) == (1, None)
     assert (ran["two"]["world_size"], ran["two"]["backend"], ran["two"]["local_processes"]) == (2, "gloo", 2)
-    assert ran["two"]["threads"] == 1 and ran["two"]["precision"] == "fp32" and ran["two"]["device"] == "cpu"
+    assert ran["two"]["threads"] == 1 and ran["two"]["precision"]["name"] == "fp32" and ran["two"]["device"] == "cpu"
     assert ran["two"]["versions"]["torch"] == torch.__version__ and ran["two"]["cpu_capability"]
 
     # the targets computed by two processes are those of one, under the same fingerprint

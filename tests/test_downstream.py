@@ -145,6 +145,19 @@ def test_binary_metrics_skip_single_class_tasks_and_match_ogb():
     assert math.isnan(metrics.roc_auc(np.zeros((4, 1)), np.arange(4.0)[:, None]))
 
 
+def test_binary_metrics_on_ties_and_single_class_batches_by_hand():
+    """Tied scores count 1/2 in the AUC and form one threshold in AP; a batch whose labelled rows hold one
+    class scores nothing (NaN), and such a task leaves the mean over the others unchanged."""
+    y = np.array([[0.0, 1.0], [1.0, 1.0], [0.0, np.nan], [1.0, 1.0]])
+    score = np.array([[0.5, 0.1], [0.5, 0.9], [0.2, 0.3], [0.8, 0.3]])
+    # task 0: positives 0.5 and 0.8 against negatives 0.5 and 0.2: (0.5 + 1 + 1 + 1) / 4
+    assert metrics.roc_auc(y, score) == pytest.approx(0.875, abs=1e-12)
+    # thresholds 0.8 (precision 1, recall 1/2) and 0.5 (precision 2/3, recall 1)
+    assert metrics.average_precision(y, score) == pytest.approx(0.5 + 0.5 * 2 / 3, abs=1e-12)
+    assert math.isnan(metrics.roc_auc(y[:, 1:], score[:, 1:]))
+    assert math.isnan(metrics.average_precision(np.ones((3, 2)), np.arange(6.0).reshape(3, 2)))
+
+
 def test_accuracy_mae_rmse_against_direct_computation():
     logits = torch.tensor([[2.0, 1.0, 0.0], [0.0, 3.0, 1.0], [0.0, 0.0, 5.0], [1.0, 0.0, 0.0]])
     labels = torch.tensor([0, 1, 1, 0])
@@ -201,7 +214,7 @@ def test_csl_end_to_end(tmp_path, cache_dir):
     on_disk = json.loads((job / "results.json").read_text())
     assert on_disk["summary"]["test"]["mean"] == run["test"]
     ran = on_disk["environment"]  # how the job ran
-    assert (ran["world_size"], ran["device"], ran["precision"], ran["threads"]) == (1, "cpu", "fp32", 1)
+    assert (ran["world_size"], ran["device"], ran["precision"]["name"], ran["threads"]) == (1, "cpu", "fp32", 1)
     assert ran["versions"]["torch"] == torch.__version__ and ran["cpu_cores"] >= 1
     assert {p.name for p in (job / "seed0-fold0").iterdir()} >= {"last.pt", "best.pt", "result.json", "tensorboard"}
     assert (job / "recipe.yaml").is_file()
@@ -322,6 +335,7 @@ def test_models_declare_the_options_they_fix():
 ])
 def test_gpse_encodings_take_their_own_precision(monkeypatch, general, gpse, expected):
     from gpse_dgl.train.downstream import data as downstream_data
+    from gpse_dgl.train.downstream.job import decide_precisions
     from gpse_dgl.utils import precision as prec
 
     monkeypatch.setattr(prec, "_cpu_native_bf16", lambda: False)
@@ -334,6 +348,7 @@ def test_gpse_encodings_take_their_own_precision(monkeypatch, general, gpse, exp
     monkeypatch.setattr(downstream_data, "load_features", fake_load_features)
     recipe = load_downstream_recipe(REPO / "recipes/downstream/csl.yaml", [
         f"general_pipeline.precision={general}", f"model.pe.gpse_precision={'null' if gpse is None else gpse}"])
+    training, encoder = decide_precisions(recipe, "cpu")  # once, by the job
     with pytest.raises(StopIteration):
-        downstream_data.prepare_data(recipe, device="cpu")
-    assert seen["gpse_precision"] == expected
+        downstream_data.prepare_data(recipe, device="cpu", gpse_precision=encoder)
+    assert seen["gpse_precision"] is encoder and encoder.name == expected

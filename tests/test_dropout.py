@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpse_dgl.nn import native
+from gpse_dgl.kernels import cpu
 from gpse_dgl.nn.dropout import Dropout, dropout
 
 
@@ -25,7 +25,7 @@ def test_kernel_is_splitmix64_thresholded(compiled, dtype):
     holds torch's own scale for that p and dtype."""
     seed, p, n = 0x1234_5678_9ABC_DEF0, 0.15, 4099
     noise = torch.empty(n, dtype=dtype)
-    native.kernel().dropout_noise(seed, p, noise)
+    cpu.kernel().dropout_noise(seed, p, noise)
     threshold = int(p * 2.0 ** 64)  # p * 2^64 is exact in double arithmetic up to its last bit here
     expected_kept = torch.tensor([splitmix64(seed, i) >= threshold for i in range(n)])
     assert torch.equal(noise != 0, expected_kept)
@@ -34,7 +34,7 @@ def test_kernel_is_splitmix64_thresholded(compiled, dtype):
 
 
 def test_kernel_checks_its_output(compiled):
-    kernel = native.kernel()
+    kernel = cpu.kernel()
     with pytest.raises(RuntimeError, match="contiguous float32 or bfloat16 CPU tensor"):
         kernel.dropout_noise(1, 0.5, torch.empty(4, 4).t())
     with pytest.raises(RuntimeError, match="contiguous float32 or bfloat16 CPU tensor"):

@@ -6,6 +6,7 @@ import torch
 
 import dgl
 
+from gpse_dgl import kernels
 from gpse_dgl.encode import encode, encode_dataset, encode_large, encode_sampled
 from gpse_dgl.encode.graphs import as_simple_undirected
 from gpse_dgl.encode import large_graph
@@ -74,16 +75,15 @@ def test_chunk_plan_covers_every_edge_once(mid_graph):
 def test_layerwise_equals_full_forward(mid_graph, chunk_edges, path, monkeypatch):
     """Both paths of the layer-wise loop: packed sources summed by column blocks (the CPU kernel's; all rows in
     one group, or groups of at most 700 rows) and gated sums over chunks of DGL blocks (other devices, backends)."""
-    from gpse_dgl.nn import native
 
-    if path != "blocks" and not large_graph.packs_sources(torch.device("cpu"), torch.float32):
+    if path != "blocks" and not kernels.packs_sources(torch.device("cpu"), torch.float32):
         pytest.skip("the compiled kernels are not available")
     if path != "packed":  # None: the row kernel's chunks
         rows = 700 if path == "packed in groups" else None
         monkeypatch.setattr(large_graph, "_packed_group_rows", lambda x, total, dim: rows)
     packs = []
-    pack = native.pack_sources
-    monkeypatch.setattr(native, "pack_sources", lambda *args, **kwargs: packs.append(1) or pack(*args, **kwargs))
+    pack = kernels.pack_sources
+    monkeypatch.setattr(kernels, "pack_sources", lambda *args, **kwargs: packs.append(1) or pack(*args, **kwargs))
     model = _model()
     x = torch.randn(mid_graph.num_nodes(), model.dim_in)
     with torch.no_grad():
@@ -100,7 +100,7 @@ def test_packed_groups_follow_the_memory_available(monkeypatch):
     from gpse_dgl.utils import memory
 
     x = torch.zeros(4, 4)
-    if not large_graph.packs_sources(x.device, x.dtype):
+    if not kernels.packs_sources(x.device, x.dtype):
         pytest.skip("the compiled kernels are not available")
     rows, dim = 1_000_000, 512
     # h, [query | value] and the slab (d a multiple of 16 lanes: no padding), 4 bytes each
@@ -116,14 +116,13 @@ def test_packed_groups_follow_the_memory_available(monkeypatch):
 
 def test_layerwise_leaves_packing_when_memory_is_short(mid_graph, monkeypatch):
     """With too little memory for packed sources the row kernel's chunks run, with the same encodings."""
-    from gpse_dgl.nn import native
     from gpse_dgl.utils import memory
 
     model = _model()
     x = torch.randn(mid_graph.num_nodes(), model.dim_in)
     expected = layerwise_forward(model, mid_graph, x)
     monkeypatch.setattr(memory, "available_bytes", lambda: 1 << 20)
-    monkeypatch.setattr(native, "pack_sources", lambda *args, **kwargs: pytest.fail("packed with no memory"))
+    monkeypatch.setattr(kernels, "pack_sources", lambda *args, **kwargs: pytest.fail("packed with no memory"))
     torch.testing.assert_close(layerwise_forward(model, mid_graph, x), expected, rtol=0, atol=1e-5)
 
 

@@ -1,4 +1,4 @@
-"""The Triton kernels of the CUDA inference path (``gpse_dgl.nn.gpu_kernels``) against the torch path.
+"""The Triton kernels of the CUDA inference path (``gpse_dgl.kernels.gpu``) against the torch path.
 
 On a machine with CUDA they run compiled on the GPU; elsewhere in Triton's interpreter on CPU tensors
 (``tests/conftest.py`` sets ``TRITON_INTERPRET=1``); without Triton they are skipped. References are the
@@ -12,7 +12,8 @@ import pytest
 import torch
 
 import dgl
-from gpse_dgl.nn import gpu_kernels, ops
+from gpse_dgl.kernels import gpu
+from gpse_dgl.nn import ops
 from gpse_dgl.nn.batch_norm import BatchNorm1d
 from gpse_dgl.nn.gpse import GPSE
 
@@ -62,7 +63,7 @@ def _projection(rows, dim, dtype, device, seed=1):
 def test_gated_sum_matches_the_definition(device, dtype, tol, dim):
     g = _graph()
     key, query, value, _ = _projection(g.num_nodes(), dim, dtype, device)
-    got = gpu_kernels.gated_sum(g, key, query, value)
+    got = gpu.gated_sum(g, key, query, value)
     assert got.dtype == torch.float32 and got.shape == (g.num_nodes(), dim)
     torch.testing.assert_close(got.cpu().double(), _reference(g, key, query, value), atol=tol, rtol=tol)
     assert (got[-5:] == 0).all()  # destinations without in-edges
@@ -72,11 +73,11 @@ def test_gated_sum_adds_into_out_in_place(device):
     g = _graph()
     key, query, value, skip = _projection(g.num_nodes(), 64, torch.float32, device)
     expected = skip.cpu().double() + _reference(g, key, query, value)
-    got = gpu_kernels.gated_sum(g, key, query, value, out=skip)
+    got = gpu.gated_sum(g, key, query, value, out=skip)
     assert got.data_ptr() == skip.data_ptr()  # a column block of the projection, written where it is
     torch.testing.assert_close(got.cpu().double(), expected, atol=1e-5, rtol=1e-5)
     columns = skip.t().contiguous().t()  # rows a column apart: summed aside, then added
-    got = gpu_kernels.gated_sum(g, key, query, value, out=columns)
+    got = gpu.gated_sum(g, key, query, value, out=columns)
     assert got.data_ptr() == columns.data_ptr()
     torch.testing.assert_close(got.cpu().double(), expected + _reference(g, key, query, value), atol=1e-5, rtol=1e-5)
 
@@ -85,14 +86,14 @@ def test_gated_sum_on_a_block_and_on_empty_graphs(device):
     block = _graph(num_src=80, num_dst=30, num_edges=200)
     key = _projection(30, 48, torch.float32, device)[0]
     _, query, value, _ = _projection(80, 48, torch.float32, device, seed=2)
-    got = gpu_kernels.gated_sum(block, key, query, value)
+    got = gpu.gated_sum(block, key, query, value)
     torch.testing.assert_close(got.cpu().double(), _reference(block, key, query, value), atol=1e-5, rtol=1e-5)
     empty = dgl.graph(([], []), num_nodes=4)
     key, query, value, _ = _projection(4, 16, torch.float32, device)
-    assert (gpu_kernels.gated_sum(empty, key, query, value) == 0).all()
+    assert (gpu.gated_sum(empty, key, query, value) == 0).all()
     none = dgl.graph(([], []), num_nodes=0)
     key, query, value, _ = _projection(0, 16, torch.float32, device)
-    assert gpu_kernels.gated_sum(none, key, query, value).shape == (0, 16)
+    assert gpu.gated_sum(none, key, query, value).shape == (0, 16)
 
 
 def test_a_graph_sums_the_same_alone_and_in_a_batch(device):
@@ -100,11 +101,11 @@ def test_a_graph_sums_the_same_alone_and_in_a_batch(device):
     graphs = [_graph(num_src=n, num_dst=n, num_edges=5 * n, hub_degree=n // 2, seed=n) for n in (20, 33, 41)]
     batch = dgl.batch(graphs)
     key, query, value, _ = _projection(batch.num_nodes(), 40, torch.bfloat16, device)
-    together = gpu_kernels.gated_sum(batch, key, query, value)
+    together = gpu.gated_sum(batch, key, query, value)
     start = 0
     for g in graphs:
         rows = slice(start, start + g.num_nodes())
-        alone = gpu_kernels.gated_sum(g, key[rows], query[rows], value[rows])
+        alone = gpu.gated_sum(g, key[rows], query[rows], value[rows])
         assert torch.equal(alone, together[rows])
         start += g.num_nodes()
 
@@ -132,7 +133,7 @@ def test_residual_update_matches_torch(device, affine, dim):
     with torch.no_grad():
         y = torch.relu(norm(conv[10:40].double().float()))
         expected = h + torch.nn.functional.normalize(y, dim=1)
-        got = gpu_kernels.residual_update_(h, conv[10:40], norm)
+        got = gpu.residual_update_(h, conv[10:40], norm)
     assert got.data_ptr() == h.data_ptr()
     torch.testing.assert_close(got, expected, atol=1e-6, rtol=1e-5)
     assert torch.equal(got[3], state[13])
@@ -140,21 +141,21 @@ def test_residual_update_matches_torch(device, affine, dim):
 
 def test_supports():
     cpu = torch.zeros(3, 4)
-    assert not gpu_kernels.supports(cpu, cpu, cpu)  # CPU tensors take the CPU paths
+    assert not gpu.supports(cpu, cpu, cpu)  # CPU tensors take the CPU paths
     norm = _norm(4)
-    assert not gpu_kernels.supports_residual_update(cpu, cpu, norm)
+    assert not gpu.supports_residual_update(cpu, cpu, norm)
     if torch.cuda.is_available():
         cuda = cpu.cuda()
-        assert gpu_kernels.supports(cuda, cuda, cuda)
-        assert not gpu_kernels.supports(cuda, cuda.double(), cuda)
-        assert gpu_kernels.supports_residual_update(cuda, cuda.bfloat16(), norm.cuda())
-        assert not gpu_kernels.supports_residual_update(cuda, cuda, norm.cuda().train())
+        assert gpu.supports(cuda, cuda, cuda)
+        assert not gpu.supports(cuda, cuda.double(), cuda)
+        assert gpu.supports_residual_update(cuda, cuda.bfloat16(), norm.cuda())
+        assert not gpu.supports_residual_update(cuda, cuda, norm.cuda().train())
 
 
 def test_launching_on_the_cpu_without_the_interpreter_is_a_clear_error(monkeypatch):
     import triton
 
-    from gpse_dgl.nn import triton_kernels
+    from gpse_dgl.kernels import triton_kernels
 
     monkeypatch.setattr(triton.knobs.runtime, "interpret", False)
     with pytest.raises(ValueError, match="take CUDA tensors, got cpu"):
@@ -164,55 +165,55 @@ def test_launching_on_the_cpu_without_the_interpreter_is_a_clear_error(monkeypat
 
 
 def test_describe_names_the_path(monkeypatch):
-    monkeypatch.setattr(gpu_kernels, "_state", {})
+    monkeypatch.setattr(gpu, "_state", {})
     monkeypatch.delenv("GPSE_DGL_NATIVE", raising=False)
-    assert gpu_kernels.describe().startswith("Triton kernels: gated sum, residual update (Triton ")
-    monkeypatch.setattr(gpu_kernels, "_state", {})
+    assert gpu.describe().startswith("triton: gated sum, residual update (Triton ")
+    monkeypatch.setattr(gpu, "_state", {})
     monkeypatch.setenv("GPSE_DGL_NATIVE", "0")
-    assert not gpu_kernels.available()
-    assert gpu_kernels.describe() == "torch ops: GPSE_DGL_NATIVE=0"
+    assert not gpu.available()
+    assert gpu.describe() == "torch: GPSE_DGL_NATIVE=0"
 
 
 def test_hub_destinations_are_summed_in_pieces(device, monkeypatch):
     """Destinations above HUB_DEGREE in-edges take torch ops over pieces of their edges: same sums, and a
     graph's rows still do not depend on its batch."""
-    monkeypatch.setattr(gpu_kernels, "HUB_DEGREE", 16)
-    monkeypatch.setattr(gpu_kernels, "HUB_PIECE", 10)
+    monkeypatch.setattr(gpu, "HUB_DEGREE", 16)
+    monkeypatch.setattr(gpu, "HUB_PIECE", 10)
     g = _graph(hub_degree=37)  # destination 0: 37 extra in-edges, four pieces
     key, query, value, skip = _projection(g.num_nodes(), 40, torch.bfloat16, device)
-    got = gpu_kernels.gated_sum(g, key, query, value)
+    got = gpu.gated_sum(g, key, query, value)
     torch.testing.assert_close(got.cpu().double(), _reference(g, key, query, value), atol=1e-4, rtol=1e-4)
     batch = dgl.batch([_graph(num_edges=50, hub_degree=3, seed=5), g])
     rows = slice(60, 120)
     key2, query2, value2, _ = _projection(batch.num_nodes(), 40, torch.bfloat16, device, seed=7)
     key2[rows], query2[rows], value2[rows] = key, query, value
-    assert torch.equal(gpu_kernels.gated_sum(batch, key2, query2, value2)[rows], got)
+    assert torch.equal(gpu.gated_sum(batch, key2, query2, value2)[rows], got)
 
 
 def test_shapes_are_checked_before_a_launch(device):
     g = _graph()
     key, query, value, _ = _projection(g.num_nodes(), 32, torch.float32, device)
     with pytest.raises(ValueError, match="key must be"):
-        gpu_kernels.gated_sum(g, key[:10], query, value)
+        gpu.gated_sum(g, key[:10], query, value)
     with pytest.raises(ValueError, match="key must be"):
-        gpu_kernels.gated_sum(g, key[:, :16], query, value)
+        gpu.gated_sum(g, key[:, :16], query, value)
     with pytest.raises(ValueError, match="out must be"):
-        gpu_kernels.gated_sum(g, key, query, value, out=torch.zeros(g.num_nodes(), 16, device=device))
+        gpu.gated_sum(g, key, query, value, out=torch.zeros(g.num_nodes(), 16, device=device))
 
 
 def _dispatch_on(device, monkeypatch):
     """Let ``ops.gated_sum`` and ``GPSE.residual_update`` take the kernels on ``device`` (the CPU runs them in
     the interpreter); returns a list that counts the kernel runs."""
     runs = []
-    run = gpu_kernels._run
+    run = gpu._run
 
     def counting(launch, *args):
         runs.append(launch.__name__)
         return run(launch, *args)
 
-    monkeypatch.setattr(gpu_kernels, "_run", counting)
+    monkeypatch.setattr(gpu, "_run", counting)
     if device == "cpu":
-        monkeypatch.setattr(gpu_kernels, "_on_capable_gpu", lambda tensors: True)
+        monkeypatch.setattr(gpu, "_on_capable_gpu", lambda tensors: True)
     return runs
 
 
@@ -225,7 +226,7 @@ def test_encoder_with_and_without_the_kernels(device, monkeypatch, precision):
     if precision == "bf16" and device == "cpu":
         pytest.skip("bf16 autocast on the CPU takes the bf16 row buckets, not the dispatch under test")
     runs = _dispatch_on(device, monkeypatch)
-    monkeypatch.setattr(gpu_kernels, "HUB_DEGREE", 12)
+    monkeypatch.setattr(gpu, "HUB_DEGREE", 12)
     torch.manual_seed(0)
     model = GPSE(dim_hidden=32 if device == "cpu" else 128, num_layers=2 if device == "cpu" else 6).to(device).eval()
     for module in model.modules():
@@ -240,17 +241,17 @@ def test_encoder_with_and_without_the_kernels(device, monkeypatch, precision):
 
     fused = encode()
     assert runs.count("gated_sum_") == model.num_layers and runs.count("residual_update_") == model.num_layers
-    with gpu_kernels.disabled():
+    with gpu.disabled():
         plain = encode()
     assert len(runs) == 2 * model.num_layers  # the torch ops ran
     torch.testing.assert_close(fused, plain, atol=1e-5 if precision == "fp32" else 2e-3, rtol=0)
 
 
 def test_a_kernel_that_cannot_run_hands_over_to_the_torch_ops(device, monkeypatch, capsys):
-    from gpse_dgl.nn import triton_kernels
+    from gpse_dgl.kernels import triton_kernels
 
     _dispatch_on(device, monkeypatch)
-    monkeypatch.setattr(gpu_kernels, "_state", {"reason": None})
+    monkeypatch.setattr(gpu, "_state", {"reason": None})
 
     def broken(*args):
         raise RuntimeError("no compiler for this GPU\nmore")
@@ -263,6 +264,6 @@ def test_a_kernel_that_cannot_run_hands_over_to_the_torch_ops(device, monkeypatc
                              else None).float() + before
     got = ops.gated_sum(g, key, query, value, out=skip)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
-    assert not gpu_kernels.available()
-    assert gpu_kernels.describe() == "torch ops: a Triton kernel failed (RuntimeError: no compiler for this GPU)"
+    assert not gpu.available()
+    assert gpu.describe() == "torch: a Triton kernel failed (RuntimeError: no compiler for this GPU)"
     assert capsys.readouterr().err.count("the torch ops run instead") == 1

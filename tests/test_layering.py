@@ -3,7 +3,7 @@
 Every module under ``gpse_dgl/`` is parsed with :mod:`ast` (nothing is imported); each import, at module
 level or inside a function, becomes an edge between two modules, and between the *parts* of the
 package: a subpackage (``gpse_dgl.encode.loading`` -> ``encode``) or a top-level module
-(``gpse_dgl.recipes`` -> ``recipes``; the package's own ``__init__`` is ``gpse_dgl``). ``FLOORS`` lists the
+(``gpse_dgl.cli`` -> ``cli``; the package's own ``__init__`` is ``gpse_dgl``). ``FLOORS`` lists the
 parts from the bottom up; a part may import parts on lower floors only, so parts on one floor do not
 import each other. Within a part no two modules import each other, directly or around a circle; the two
 training pipelines (``train/pretraining``, ``train/downstream``) do not import each other, and the run
@@ -29,9 +29,10 @@ FLOORS = (
     ("gpse_dgl",),           # the package __init__ (imports _env; holds __version__)
     ("_private",),           # every private DGL / torch access, pinned to the releases it was checked on
     ("utils",),              # errors, I/O, devices, precision, checkpoints: shared by everything above
-    ("pse", "data"),         # explicit encodings; graph sources and caches
-    ("nn", "recipe_files"),  # layers, the GPSE encoder and heads, downstream models; reading recipe YAML
-    ("encode", "recipes"),   # inference with a pretrained encoder; recipe schema and validation
+    # explicit encodings; graph sources and caches; C++ / Triton kernels and their dispatch; recipe fields and files
+    ("pse", "data", "kernels", "recipes"),
+    ("nn",),                 # layers, the GPSE encoder and heads, downstream models
+    ("encode",),             # inference with a pretrained encoder
     ("train", "distributed"),  # pretraining and downstream loops; one graph on dgl.distributed
     ("commands",),           # one click command per verb
     ("cli",),                # the ``gpse-dgl`` click group
@@ -204,6 +205,69 @@ def test_no_private_name_is_imported_from_another_module():
     assert not found, "make these names public (or keep the use in their module): " + "; ".join(found)
 
 
+#: The package of the compiled and Triton kernels: the rest of gpse_dgl imports its ``__init__`` (the dispatch)
+#: only, never one of its modules.
+KERNELS = f"{PACKAGE}.kernels"
+
+
+def kernel_module_imports() -> list[str]:
+    """Imports of a module of ``gpse_dgl.kernels`` (not the package's dispatch) from outside the package."""
+    found = []
+    for module, path, node in import_statements():
+        if module == KERNELS or module.startswith(KERNELS + "."):
+            continue
+        found += [f"{site(path, node)} imports {target}" for target in
+                  imported_modules(node, module, path.name == "__init__.py") if target.startswith(KERNELS + ".")]
+    return found
+
+
+def test_nothing_outside_kernels_imports_a_kernel_module():
+    found = kernel_module_imports()
+    assert not found, ("call kernels through gpse_dgl.kernels (its registry picks the path); a kernel module is "
+                       "imported inside gpse_dgl/kernels/ only: " + "; ".join(found))
+
+
+def test_kernel_sources_live_in_kernels():
+    stray = sorted(p.relative_to(ROOT.parent).as_posix() for p in ROOT.rglob("*") if p.suffix in (".cpp", ".h", ".cu")
+                   and ROOT / "kernels" not in p.parents)
+    assert not (ROOT / "nn" / "csrc").exists() and not stray, f"C++ sources belong in gpse_dgl/kernels/csrc/: {stray}"
+
+
+#: The modules that read a precision's name (a recipe key, a flag, or an argument of the library's public encoding
+#: functions) and decide it, once (``utils.precision.decide_precision`` / ``as_precision``); everything below
+#: them is handed the decided ``Precision``.
+PRECISION_ENTRY_POINTS = ("gpse_dgl.commands", "gpse_dgl.train.pretraining.run", "gpse_dgl.train.downstream.job",
+                          "gpse_dgl.encode.inference", "gpse_dgl.encode.precompute", "gpse_dgl.encode.transform",
+                          "gpse_dgl.utils.precision")
+#: What turns a name into a precision.
+PRECISION_PARSERS = {"decide_precision", "as_precision", "select_precision", "autocast"}
+PRECISION_NAMES = {"fp32", "bf16", "fp16"}
+
+
+def precision_parsing() -> list[str]:
+    """Below the entry points: imports of a precision parser, and comparisons with a precision's name."""
+    found = []
+    for module, path in MODULES.items():
+        if module.startswith(PRECISION_ENTRY_POINTS):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("utils.precision"):
+                found += [f"{site(path, node)} imports {a.name}" for a in node.names if a.name in PRECISION_PARSERS]
+            elif isinstance(node, ast.Compare) and any(
+                    isinstance(c, ast.Constant) and c.value in PRECISION_NAMES
+                    or isinstance(c, (ast.Tuple, ast.List, ast.Set)) and any(
+                        isinstance(e, ast.Constant) and e.value in PRECISION_NAMES for e in c.elts)
+                    for c in [node.left, *node.comparators]):
+                found.append(f"{site(path, node)} compares with a precision's name")
+    return found
+
+
+def test_no_module_below_the_entry_points_parses_a_precision():
+    found = precision_parsing()
+    assert not found, ("decide the precision once at the entry point (utils.precision.decide_precision) and pass "
+                       "the Precision down: " + "; ".join(found))
+
+
 def test_dgl_is_imported_after_the_settings():
     """Every module importing dgl at its top imports ``gpse_dgl._env`` (or ``_private``, which does) first."""
     late = []
@@ -223,9 +287,9 @@ def test_dgl_is_imported_after_the_settings():
 
 
 def test_the_checker_sees_local_and_relative_imports():
-    source = "def f():\n    from ..train.checkpoint import load_checkpoint\n"
+    source = "def f():\n    from ..utils.checkpoint import load_checkpoint\n"
     node = ast.parse(source).body[0].body[0]
-    assert imported_modules(node, "gpse_dgl.encode.loading", False) == ["gpse_dgl.train.checkpoint"]
+    assert imported_modules(node, "gpse_dgl.encode.loading", False) == ["gpse_dgl.utils.checkpoint"]
     assert find_cycle({("encode", "train"), ("train", "encode")}) == ["encode", "train", "encode"]
     assert find_cycle({("a", "b"), ("b", "c"), ("c", "a"), ("c", "d")}) == ["a", "b", "c", "a"]
     assert pipeline_of("gpse_dgl.train.downstream.schema") == "gpse_dgl.train.downstream"

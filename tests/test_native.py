@@ -1,4 +1,4 @@
-"""The fused CPU kernel of the gated sum (gpse_dgl.nn.native) against the definition, and its fall-back.
+"""The fused CPU kernel of the gated sum (gpse_dgl.kernels.cpu) against the definition, and its fall-back.
 
 Both CPU paths of ``ops.gated_sum`` also run every gated-sum test of ``tests/test_ops.py`` and
 ``tests/test_precision.py`` (the ``gated_path`` fixture); here: float64 references of values and all
@@ -14,9 +14,11 @@ import pytest
 import torch
 
 import dgl
-from gpse_dgl.nn import native, ops
+from gpse_dgl import kernels
+from gpse_dgl.kernels import cpu
+from gpse_dgl.nn import ops
 
-needs_kernel = pytest.mark.skipif(native.kernel() is None, reason=native.describe())
+needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
 
 
 def reference(graph, k, q, v):
@@ -50,7 +52,7 @@ def test_values_and_gradients_match_float64(name, dtype, tol):
     exact = [torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes]
     weight = torch.randn(graph.num_dst_nodes(), 24, generator=gen, dtype=torch.float64)
     leaves = [t.detach().to(dtype).requires_grad_() for t in exact]
-    out = native.native_gated_sum(graph, *leaves)
+    out = cpu.gated_sum(graph, *leaves)
     assert out.dtype == torch.float32
     (out * weight.float()).sum().backward()
     # the reference from the rounded inputs: only the kernel's own arithmetic is compared
@@ -100,7 +102,7 @@ def test_out_may_be_a_column_slice_of_a_wider_tensor():
     wide = torch.randn(graph.num_nodes(), 32, generator=gen)
     before = wide.clone()
     with torch.no_grad():
-        result = native.native_gated_sum(graph, k, q, v, out=wide[:, 8:16])
+        result = cpu.gated_sum(graph, k, q, v, out=wide[:, 8:16])
     assert result.data_ptr() == wide[:, 8:16].data_ptr()
     torch.testing.assert_close(wide[:, 8:16], before[:, 8:16] + reference(graph, k, q, v), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(wide[:, :8], before[:, :8], atol=0, rtol=0)
@@ -122,10 +124,10 @@ def test_gates_beyond_the_factorisation_range_are_exact(dtype, tol):
     k[big, :4] = 100.0
     q[big, :4] = -99.5
     weight = torch.randn(n, 24, generator=gen, dtype=torch.float64)
-    flags = native.factors(q.to(dtype))[1]
+    flags = cpu.factors(q.to(dtype))[1]
     assert flags.bool().tolist() == big.tolist()
     leaves = [t.to(dtype).requires_grad_() for t in (k, q, v)]
-    out = native.native_gated_sum(graph, *leaves)
+    out = cpu.gated_sum(graph, *leaves)
     (out * weight.float()).sum().backward()
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     ref = reference(graph, *ref_leaves)
@@ -154,7 +156,7 @@ def test_a_hub_is_summed_by_every_thread_in_fixed_pieces(dtype, tol):
         sums = []
         for count in (1, 2):
             torch.set_num_threads(count)
-            sums.append(native.native_gated_sum(graph, *(t.to(dtype) for t in (k, q, v))))
+            sums.append(cpu.gated_sum(graph, *(t.to(dtype) for t in (k, q, v))))
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(sums[0], sums[1])
@@ -164,11 +166,11 @@ def test_a_hub_is_summed_by_every_thread_in_fixed_pieces(dtype, tol):
 
 def packed_sum(graph, k, q, v, out=None):
     """The packed kernel's sum over a graph's in-edges (``out`` added to in place)."""
-    csr = native.GatedCSR.of(graph)
-    slab = torch.full(native.packed_shape(*q.shape, q.dtype), float("nan"), dtype=q.dtype)
-    sources = native.pack_sources(q, v, out=slab)
+    csr = cpu.GatedCSR.of(graph)
+    slab = torch.full(cpu.packed_shape(*q.shape, q.dtype), float("nan"), dtype=q.dtype)
+    sources = cpu.pack_sources(q, v, out=slab)
     out = torch.zeros(graph.num_dst_nodes(), q.shape[1]) if out is None else out
-    native.packed_gated_sum(csr.dst_indptr, csr.dst_index, k, sources, out)
+    cpu.packed_gated_sum(csr.dst_indptr, csr.dst_index, k, sources, out)
     return out
 
 
@@ -187,7 +189,7 @@ def test_packed_sums_equal_the_row_kernels(name, width, dtype, tol):
     q[::3, 0] = -99.5
     k, q, v = (t.to(dtype) for t in (k, q, v))
     got = packed_sum(graph, k, q, v)
-    rows = native.native_gated_sum(graph, k, q, v)
+    rows = cpu.gated_sum(graph, k, q, v)
     scale = max(1.0, float(rows.abs().max()))
     torch.testing.assert_close(got, rows, atol=1e-6 * scale, rtol=1e-6)
     ref = reference(graph, k.double(), q.double(), v.double())
@@ -203,9 +205,9 @@ def test_packed_slab_layout(dtype):
     q, v = (torch.randn(5, 20, generator=gen).to(dtype) for _ in range(2))
     q[2, 7] = 50.0
     lanes = 64 // q.element_size()
-    slab = torch.full(native.packed_shape(5, 20, dtype), float("nan"), dtype=dtype)
+    slab = torch.full(cpu.packed_shape(5, 20, dtype), float("nan"), dtype=dtype)
     assert slab.shape == (-(-20 // lanes), 5, 2 * lanes)
-    sources = native.pack_sources(q, v, out=slab)
+    sources = cpu.pack_sources(q, v, out=slab)
     assert sources.flags.tolist() == [0, 0, 1, 0, 0] and sources.slab is slab and sources.query is q
     padded = lambda t: torch.cat([t, t.new_zeros(5, slab.shape[0] * lanes - 20)], 1)  # noqa: E731
     factors = torch.where(sources.flags.bool()[:, None], q, torch.exp(-q.float()).to(dtype))
@@ -226,7 +228,7 @@ def test_packed_sums_add_into_column_slices():
     wide = torch.randn(n, 72, generator=gen)
     before = wide.clone()
     packed_sum(graph, destinations[:, :24], q, v, out=wide[:, 24:48])
-    expected = before[:, 24:48] + native.native_gated_sum(graph, destinations[:, :24].contiguous(), q, v)
+    expected = before[:, 24:48] + cpu.gated_sum(graph, destinations[:, :24].contiguous(), q, v)
     torch.testing.assert_close(wide[:, 24:48], expected, atol=1e-5, rtol=1e-6)
     assert torch.equal(wide[:, :24], before[:, :24]) and torch.equal(wide[:, 48:], before[:, 48:])
 
@@ -251,7 +253,7 @@ def test_packed_hub_is_summed_in_fixed_pieces(dtype):
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(sums[0], sums[1])
-    rows = native.native_gated_sum(graph, k, q, v)
+    rows = cpu.gated_sum(graph, k, q, v)
     torch.testing.assert_close(sums[0], rows, atol=1e-6 * float(rows.abs().max()), rtol=1e-6)
 
 
@@ -260,10 +262,10 @@ def test_packed_sums_refuse_a_malformed_csr():
     """The packed sum takes its CSR from the caller: offsets that do not run from 0 to the number of edges or that
     decrease, a source out of range, and sums into overlapping rows raise instead of reading outside the slab."""
     q, v, k = torch.randn(4, 16), torch.randn(4, 16), torch.randn(3, 16)
-    sources = native.pack_sources(q, v, out=torch.empty(native.packed_shape(4, 16, torch.float32)))
+    sources = cpu.pack_sources(q, v, out=torch.empty(cpu.packed_shape(4, 16, torch.float32)))
     good = torch.tensor([0, 2, 3, 4]), torch.tensor([1, 3, 0, 2])
     out = torch.zeros(3, 16)
-    native.packed_gated_sum(*good, k, sources, out)
+    cpu.packed_gated_sum(*good, k, sources, out)
     cases = [
         ("from 0 to the number of edges", torch.tensor([0, 2, 3, 9]), good[1]),
         ("not decrease", torch.tensor([0, 3, 2, 4]), good[1]),
@@ -272,45 +274,45 @@ def test_packed_sums_refuse_a_malformed_csr():
     ]
     for message, indptr, index in cases:
         with pytest.raises(RuntimeError, match=message):
-            native.packed_gated_sum(indptr, index, k, sources, out)
+            cpu.packed_gated_sum(indptr, index, k, sources, out)
     with pytest.raises(ValueError, match="do not overlap"):
-        native.packed_gated_sum(*good, k, sources, torch.zeros(1, 16).expand(3, 16))
+        cpu.packed_gated_sum(*good, k, sources, torch.zeros(1, 16).expand(3, 16))
     with pytest.raises(ValueError, match="float32 or bfloat16"):
-        native.packed_shape(4, 16, torch.float64)
+        cpu.packed_shape(4, 16, torch.float64)
 
 
 def test_packing_is_refused_off_its_path(monkeypatch):
     """A slab of the wrong shape or dtype is refused with a message; off the CPU kernel's path nothing is packed."""
     q, v = torch.randn(6, 4), torch.randn(6, 4)
-    if native.kernel() is not None:
+    if cpu.kernel() is not None:
         with pytest.raises(ValueError, match="packed_shape"):
-            native.pack_sources(q, v, out=torch.empty(6, 4))
+            cpu.pack_sources(q, v, out=torch.empty(6, 4))
         with pytest.raises(ValueError, match="packed_shape"):
-            native.pack_sources(q, v, out=torch.empty(native.packed_shape(6, 4, torch.float32), dtype=torch.bfloat16))
-        assert ops.packs_sources(torch.device("cpu"), torch.bfloat16)
-    assert not ops.packs_sources(torch.device("cpu"), torch.float16)
-    assert not ops.packs_sources(torch.device("meta"), torch.float32)
+            cpu.pack_sources(q, v, out=torch.empty(cpu.packed_shape(6, 4, torch.float32), dtype=torch.bfloat16))
+        assert kernels.packs_sources(torch.device("cpu"), torch.bfloat16)
+    assert not kernels.packs_sources(torch.device("cpu"), torch.float16)
+    assert not kernels.packs_sources(torch.device("meta"), torch.float32)
     monkeypatch.setenv("GPSE_DGL_BACKEND", "dgl")
-    assert not ops.packs_sources(torch.device("cpu"), torch.float32)
+    assert not kernels.packs_sources(torch.device("cpu"), torch.float32)
     monkeypatch.delenv("GPSE_DGL_BACKEND")
-    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
-    assert not ops.packs_sources(torch.device("cpu"), torch.float32)
+    monkeypatch.setattr(cpu, "_state", {"module": None, "reason": "turned off by the test"})
+    assert not kernels.packs_sources(torch.device("cpu"), torch.float32)
     with pytest.raises(RuntimeError, match="turned off by the test"):
-        native.packed_shape(6, 4, torch.float32)
+        cpu.packed_shape(6, 4, torch.float32)
 
 
 @needs_kernel
 def test_source_factors_are_kept_while_the_sources_are_unchanged():
     """Chunks of one layer share their sources' factors; a new projection into the same buffer renews them."""
     q = torch.randn(10, 8)
-    first = native.factors(q, keep=True)[0]
-    assert native.factors(q, keep=True)[0] is first
+    first = cpu.factors(q, keep=True)[0]
+    assert cpu.factors(q, keep=True)[0] is first
     torch.testing.assert_close(first, torch.exp(-q), atol=0, rtol=1e-6)
     q.mul_(2)
-    second = native.factors(q, keep=True)[0]
+    second = cpu.factors(q, keep=True)[0]
     assert second is not first
     torch.testing.assert_close(second, torch.exp(-q), atol=0, rtol=1e-6)
-    assert native.factors(torch.randn(3, 8))[0] is not native.factors(torch.randn(3, 8))[0]
+    assert cpu.factors(torch.randn(3, 8))[0] is not cpu.factors(torch.randn(3, 8))[0]
 
 
 @needs_kernel
@@ -320,13 +322,13 @@ def test_stale_factors_are_released_before_new_ones_are_allocated(monkeypatch):
     import weakref
 
     q = torch.randn(10, 8)
-    old = weakref.ref(native.factors(q, keep=True)[0])
+    old = weakref.ref(cpu.factors(q, keep=True)[0])
     q.add_(1)
     alive_at_allocation = []
-    allocate = native.memory.empty
-    monkeypatch.setattr(native.memory, "empty", lambda *a, **k: (alive_at_allocation.append(old() is not None),
+    allocate = cpu.memory.empty
+    monkeypatch.setattr(cpu.memory, "empty", lambda *a, **k: (alive_at_allocation.append(old() is not None),
                                                                   allocate(*a, **k))[1])
-    native.factors(q, keep=True)
+    cpu.factors(q, keep=True)
     assert alive_at_allocation == [False]
 
 
@@ -337,7 +339,7 @@ def test_kept_factors_go_with_their_tensor():
     import weakref
 
     q = torch.randn(10, 8)
-    factor = weakref.ref(native.factors(q, keep=True)[0])
+    factor = weakref.ref(cpu.factors(q, keep=True)[0])
     gc.collect()
     assert factor() is not None
     del q
@@ -395,38 +397,38 @@ def test_out_with_overlapping_rows_is_not_written_by_the_kernel():
     graph = graphs()["hub"]
     k, q, v = (torch.randn(301, 8) for _ in range(3))
     with torch.no_grad(), pytest.raises(RuntimeError):
-        native.native_gated_sum(graph, k, q, v, out=torch.zeros(1, 8).expand(301, 8))
+        cpu.gated_sum(graph, k, q, v, out=torch.zeros(1, 8).expand(301, 8))
 
 
 def test_other_dtypes_and_devices_take_the_torch_ops_path():
     k = torch.zeros(3, 4, dtype=torch.float16)
-    assert not native.supports(k, k, k)
-    assert not native.supports(torch.zeros(3, 4), torch.zeros(3, 4, dtype=torch.bfloat16), torch.zeros(3, 4))
-    assert not native.supports(torch.zeros(3, 4, dtype=torch.float64), torch.zeros(3, 4, dtype=torch.float64),
+    assert not cpu.supports(k, k, k)
+    assert not cpu.supports(torch.zeros(3, 4), torch.zeros(3, 4, dtype=torch.bfloat16), torch.zeros(3, 4))
+    assert not cpu.supports(torch.zeros(3, 4, dtype=torch.float64), torch.zeros(3, 4, dtype=torch.float64),
                                torch.zeros(3, 4, dtype=torch.float64))
 
 
 def test_turned_off_it_says_so_and_the_torch_path_runs():
     """GPSE_DGL_NATIVE=0 (or no compiler): one line names the path, and gated_sum gives the same result."""
-    code = ("from gpse_dgl.nn import native, ops; import dgl, torch\n"
-            "print(native.describe())\n"
+    code = ("from gpse_dgl.kernels import cpu; from gpse_dgl.nn import ops; import dgl, torch\n"
+            "print(cpu.describe())\n"
             "g = dgl.graph(([0, 1, 2], [1, 2, 0])); x = torch.ones(3, 4, requires_grad=True)\n"
             "print(type(ops.gated_sum(g, x, x, x).grad_fn).__name__)\n")
     done = subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "GPSE_DGL_NATIVE": "0"},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert lines == ["torch ops: the compiled kernels are not available (GPSE_DGL_NATIVE=0)", "_GatedSumBackward"]
+    assert lines == ["torch: the compiled kernels are not available (GPSE_DGL_NATIVE=0)", "_GatedSumBackward"]
 
 
 def test_a_failed_build_falls_back_with_its_reason(monkeypatch):
     def broken(**kwargs):
         raise RuntimeError("Ninja is required to load C++ extensions\nmore detail")
 
-    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setattr(cpu, "_state", {})
     monkeypatch.setattr("torch.utils.cpp_extension.load", broken)
-    assert native.kernel() is None
-    assert native.describe() == ("torch ops: the compiled kernels are not available (RuntimeError: Ninja is required "
+    assert cpu.kernel() is None
+    assert cpu.describe() == ("torch: the compiled kernels are not available (RuntimeError: Ninja is required "
                                  "to load C++ extensions)")
 
 
@@ -441,7 +443,7 @@ def test_an_encoder_gives_the_same_encodings_on_both_paths(monkeypatch, precisio
     model = GPSE(dim_hidden=32, num_layers=3).eval()
     graph = dgl.batch([dgl.to_bidirected(dgl.rand_graph(12, 20)) for _ in range(4)])
     fused = encode(model, graph, seed=3, precision=precision)
-    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
+    monkeypatch.setattr(cpu, "_state", {"module": None, "reason": "turned off by the test"})
     plain = encode(model, graph, seed=3, precision=precision)
     tol = 1e-5 if precision == "fp32" else 2e-2
     torch.testing.assert_close(fused, plain, atol=tol, rtol=tol)
@@ -450,15 +452,17 @@ def test_an_encoder_gives_the_same_encodings_on_both_paths(monkeypatch, precisio
 def test_info_and_run_records_name_the_path(capsys, monkeypatch):
     from _cli import run_cli
     from gpse_dgl.train.runtime import run_environment
+    from gpse_dgl.utils.precision import decide_precision
     from gpse_dgl.utils.distributed import Context
 
-    monkeypatch.setattr(native, "_state", {"module": None, "reason": "turned off by the test"})
+    monkeypatch.setattr(cpu, "_state", {"module": None, "reason": "turned off by the test"})
     code, out, _ = run_cli(["info"], capsys)
     assert code == 0
-    assert ("CPU kernels (gated sum, dropout, residual step): torch ops: the compiled kernels are not available "
-            "(turned off") in out
-    record = run_environment(Context(), "cpu", "fp32", None)
-    assert record["gated_sum"] == native.describe()
+    assert "kernels: torch: the compiled kernels are not available (turned off by the test)" in out
+    assert "paths: message_passing dgl, gated_sum torch, dropout_noise torch," in out
+    record = run_environment(Context(), "cpu", decide_precision("fp32", "cpu"), None)
+    assert record["kernels"]["state"] == cpu.describe()
+    assert record["kernels"]["paths"]["gated_sum"] == "torch"
 
 
 def test_a_lock_left_by_a_killed_build_is_removed(tmp_path):
@@ -468,11 +472,11 @@ def test_a_lock_left_by_a_killed_build_is_removed(tmp_path):
     stale, fresh = tmp_path / "stale", tmp_path / "fresh"
     stale.write_text("")
     fresh.write_text("")
-    old = time.time() - native.STALE_LOCK_SECONDS - 5
+    old = time.time() - cpu.STALE_LOCK_SECONDS - 5
     os.utime(stale, (old, old))
-    native._remove_stale_lock(stale)
-    native._remove_stale_lock(fresh)
-    native._remove_stale_lock(tmp_path / "missing")
+    cpu._remove_stale_lock(stale)
+    cpu._remove_stale_lock(fresh)
+    cpu._remove_stale_lock(tmp_path / "missing")
     assert not stale.exists() and fresh.exists()
 
 
@@ -481,23 +485,27 @@ def test_gradient_buffers_must_have_the_rows_dtype():
     """The gradient kernels write every row in the rows' dtype: a float32 buffer for bf16 rows is refused."""
     graph = graphs()["hub"]
     rows = torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16)
-    csr = native.GatedCSR.of(graph)
+    csr = cpu.GatedCSR.of(graph)
     grad_out = torch.zeros(graph.num_nodes(), 8)
     with pytest.raises(RuntimeError, match=r"^grad_k must be contiguous, \(\d+, 8\), of the rows' dtype"):
-        native.kernel().grad_key(csr.dst_indptr, csr.dst_index, rows, rows, rows, *native.factors(rows), grad_out,
+        cpu.kernel().grad_key(csr.dst_indptr, csr.dst_index, rows, rows, rows, *cpu.factors(rows), grad_out,
                                  torch.zeros(graph.num_nodes(), 8))
     with pytest.raises(RuntimeError, match="grad_val must be contiguous"):
-        native.kernel().grad_source(*csr.by_source, rows, rows, rows, *native.factors(rows), grad_out,
+        cpu.kernel().grad_source(*csr.by_source, rows, rows, rows, *cpu.factors(rows), grad_out,
                                     torch.empty(0), torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16).t())
 
 
 def test_each_environment_keeps_a_build_of_its_own(monkeypatch, tmp_path):
-    """Two environments sharing the build cache (another interpreter, another torch installation) get different
-    build names: torch would otherwise rebuild the one directory in place, silently, each time they alternate."""
-    name = native._build_name()
-    assert native._build_name() == name
+    """Two environments or checkouts sharing the build cache (another interpreter, another torch installation,
+    the sources in another folder) get different build names: torch would otherwise rebuild the one directory in
+    place, silently, each time they alternate."""
+    name = cpu._build_name()
+    assert cpu._build_name() == name
     monkeypatch.setattr(torch, "__file__", str(tmp_path / "torch" / "__init__.py"))
-    assert native._build_name() != name
+    assert cpu._build_name() != name
     monkeypatch.undo()
     monkeypatch.setattr(sys.implementation, "cache_tag", "cpython-399")
-    assert native._build_name() != name
+    assert cpu._build_name() != name
+    monkeypatch.undo()
+    monkeypatch.setattr(cpu, "_CSRC", tmp_path / "another-checkout" / "csrc")  # the same sources elsewhere
+    assert cpu._build_name() != name

@@ -116,3 +116,70 @@ def test_a_gpse_cell_is_budgeted_by_its_encoder_file(tmp_path):
     assert budget("GPSE", "quickstart") != budget("GPSE")
     copy.write_bytes(model_path(get_model("quickstart")).read_bytes())  # the same path, another encoder
     assert budget("GPSE", copy) == budget("GPSE", "quickstart")
+
+
+def _report_argv(tmp_path, ledger, *extra):
+    return ["--tables", "solubility", "--sources", "none,GPSE", "--epochs", "1", "--ledger", str(ledger),
+            "--out", str(tmp_path / "out"), "--figures", str(tmp_path / "figures"), *extra]
+
+
+def _error(script, argv) -> str:
+    try:
+        script.main(argv)
+    except SystemExit as exc:
+        return str(exc.code)
+    raise AssertionError(f"no error for {argv}")
+
+
+def test_unusable_ledgers_give_one_line_naming_the_file(tmp_path):
+    """Empty, truncated or ``{}`` ledgers, as --ledger or --merge, stop the script with one line and leave
+    the ledger as it was; a missing --merge file is an error too, not "0 run(s) taken"."""
+    script = _script()
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"about": "x", "runs": {}}))
+    bad = {"empty.json": ("", "is empty"), "cut.json": ('{"runs": {"solubility/gine/none/seed0": {"bud',
+                                                         "is not valid JSON (truncated?"),
+           "object.json": ("{}", "has no 'runs' object"), "list.json": ("[1, 2]", "has no 'runs' object"),
+           "record.json": ('{"runs": {"k": {"budget": "b"}}}', "run 'k' lacks 'table'")}
+    for name, (text, expected) in bad.items():
+        (tmp_path / name).write_text(text)
+        for argv in (_report_argv(tmp_path, tmp_path / name, "--report-only"),
+                     _report_argv(tmp_path, good, "--merge", str(tmp_path / name), "--report-only")):
+            message = _error(script, argv)
+            assert message.startswith(f"error: ledger {tmp_path / name} {expected}") or \
+                message.startswith(f"error: ledger {tmp_path / name}: {expected}"), message
+            assert "\n" not in message
+        assert (tmp_path / name).read_text() == text
+    assert json.loads(good.read_text())["runs"] == {}
+    message = _error(script, _report_argv(tmp_path, good, "--merge", str(tmp_path / "absent.json"), "--report-only"))
+    assert message == f"error: no ledger at {tmp_path / 'absent.json'}"
+    message = _error(script, _report_argv(tmp_path, tmp_path / "absent.json", "--report-only"))
+    assert message.startswith(f"error: no ledger at {tmp_path / 'absent.json'}: nothing to report")
+
+
+def test_a_row_run_with_another_encoder_says_why_it_is_empty(tmp_path, capsys):
+    """The none row matches this call's budget, the GPSE row's runs were made with another encoder: the
+    report shows the table and a line naming the encoders instead of a silent empty row."""
+    from gpse_dgl.train.downstream.schema import load_downstream_recipe
+
+    script = _script()
+    recipe = load_downstream_recipe(REPO / "recipes" / "downstream" / "huuskonen-solubility.yaml",
+                                    ["general_pipeline.num_epochs=1", "model.pe.source=none"])
+    record = {"table": "solubility", "column": "gine", "seed": 0, "test": 0.5, "seconds": 1.0, "host": "h",
+              "train": 0.4, "val": 0.6}
+    ledger = tmp_path / "ledger.json"
+    ledger.write_text(json.dumps({"runs": {
+        "solubility/gine/none/seed0": {**record, "source": "none", "budget": script.budget_key(recipe)},
+        "solubility/gine/GPSE/seed0": {**record, "source": "GPSE", "budget": "0123456789abcdef",
+                                       "encoder": "feedfacefeedface"}}}))
+    script.main(_report_argv(tmp_path, ledger, "--report-only"))
+    out = capsys.readouterr().out
+    assert "## solubility" in out and "| none |" in out
+    line = next(line for line in out.splitlines() if line.startswith("solubility/gine/GPSE: empty"))
+    assert "1 run(s)" in line and "another GPSE encoder (feedfacefeedface; this call's is " in line
+    runs = json.loads(ledger.read_text())["runs"]
+    del runs["solubility/gine/GPSE/seed0"]["encoder"]  # a record from before encoders were recorded
+    ledger.write_text(json.dumps({"runs": runs}))
+    script.main(_report_argv(tmp_path, ledger, "--report-only"))
+    assert "solubility/gine/GPSE: empty: the ledger's 1 run(s) of it were made with another GPSE encoder (the " \
+           "column's other rows are at this budget)" in capsys.readouterr().out

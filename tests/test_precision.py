@@ -17,7 +17,7 @@ from gpse_dgl.nn import ops
 from gpse_dgl.nn.gpse import GPSE
 from gpse_dgl.train.mixed_precision import MixedPrecision
 from gpse_dgl.utils import precision as prec
-from gpse_dgl.utils.precision import PRECISIONS, PrecisionError, autocast, resolve_precision
+from gpse_dgl.utils.precision import PRECISIONS, PrecisionError, autocast, decide_precision
 
 # bf16 keeps 8 significant bits; with float32 sums, norms and residual stream the encodings of the
 # embedded molecules stay this close to fp32 (mean >= 0.9999, every node >= 0.999)
@@ -52,12 +52,12 @@ def test_names_dtypes_and_recipe_choices():
     assert prec.PRECISION_CHOICES == PRECISIONS + ("auto",)
     for schema in (PRETRAIN_SCHEMA, DOWNSTREAM_SCHEMA):  # the recipes take their choices from utils.precision
         assert schema["general_pipeline"]["precision"].choices == prec.PRECISION_CHOICES
-    assert resolve_precision("fp32", "cpu") is torch.float32
+    assert decide_precision("fp32", "cpu").dtype is torch.float32
 
 
 def test_unknown_precision_lists_the_choices():
     with pytest.raises(PrecisionError, match=r"unknown precision 'fp8'; choose one of fp32, bf16, fp16, auto"):
-        resolve_precision("fp8", "cpu")
+        decide_precision("fp8", "cpu")
 
 
 @pytest.mark.parametrize("native", [True, False])
@@ -65,8 +65,13 @@ def test_auto_is_bf16_exactly_where_it_is_native(monkeypatch, native):
     monkeypatch.setattr(prec, "_cpu_native_bf16", lambda: native)
     expected = torch.bfloat16 if native else torch.float32
     assert prec.select_precision("auto", "cpu") == ("bf16" if native else "fp32")
-    assert resolve_precision("auto", "cpu") is expected
-    assert MixedPrecision("auto", "cpu").precision == ("bf16" if native else "fp32")
+    decided = decide_precision("auto", "cpu")
+    assert decided.dtype is expected and decided.requested == "auto"
+    assert decided.why == f"auto: bf16 {'is' if native else 'is not'} native on this cpu"
+    assert MixedPrecision(decided).precision.name == ("bf16" if native else "fp32")
+    assert decided.record() == {"name": "bf16" if native else "fp32", "requested": "auto",
+                                "dtype": "bfloat16" if native else "float32", "device": "cpu",
+                                "autocast": native, "why": decided.why}
     lin = torch.nn.Linear(4, 2)
     with autocast("auto", "cpu"):
         assert lin(torch.ones(3, 4)).dtype is expected
@@ -74,19 +79,19 @@ def test_auto_is_bf16_exactly_where_it_is_native(monkeypatch, native):
 
 def test_fp16_on_cpu_suggests_bf16():
     with pytest.raises(PrecisionError, match="bf16") as info:
-        resolve_precision("fp16", "cpu")
+        decide_precision("fp16", "cpu")
     assert "\n" not in str(info.value)
 
 
 def test_bf16_warns_only_where_it_is_not_native(monkeypatch):
     monkeypatch.setattr(prec, "_cpu_native_bf16", lambda: False)
     with pytest.warns(RuntimeWarning, match="not native") as record:
-        assert resolve_precision("bf16", "cpu") is torch.bfloat16
+        assert decide_precision("bf16", "cpu").dtype is torch.bfloat16
     assert "\n" not in str(record[0].message)
     monkeypatch.setattr(prec, "_cpu_native_bf16", lambda: True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        resolve_precision("bf16", "cpu")
+        decide_precision("bf16", "cpu")
     assert prec.suggested_precision("cpu") == "bf16"
 
 
@@ -267,7 +272,7 @@ def test_scaled_step_skips_overflow_and_clips_unscaled_gradients():
     model = torch.nn.Linear(3, 1, bias=False)
     torch.nn.init.ones_(model.weight)
     optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
-    mixed = MixedPrecision("fp32", "cpu")
+    mixed = MixedPrecision(decide_precision("fp32", "cpu"))
     mixed.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10)
     loss = model(torch.full((1, 3), float("inf"))).sum()
     mixed.backward_and_step(loss, optimizer, model.parameters(), clip_grad_norm=1.0)
@@ -280,4 +285,4 @@ def test_scaled_step_skips_overflow_and_clips_unscaled_gradients():
     torch.testing.assert_close(model.weight.detach(), torch.full((1, 3), 1 - 3 ** -0.5))
     state = copy.deepcopy(mixed.state_dict())
     assert state["scale"] == mixed.scaler.get_scale()
-    assert MixedPrecision("fp32", "cpu").state_dict() == {}
+    assert MixedPrecision(decide_precision("fp32", "cpu")).state_dict() == {}

@@ -1,6 +1,7 @@
 """Each private DGL / torch access of gpse_dgl/_private.py against its public counterpart, and the
 releases it was checked against."""
 import io
+import json
 import os
 import pickle
 import pickletools
@@ -196,3 +197,18 @@ def test_setup_cfg_admits_only_checked_releases():
             checked = _private.CHECKED_VERSIONS[name]
             key = (lambda v: ".".join(v.split(".")[:2])) if name == "torch" else (lambda v: v)
             assert admitted and all(key(v) in checked for v in admitted), (python, name, admitted, checked)
+
+
+def test_random_partition_takes_the_given_assignment(tmp_path):
+    g = dgl.graph(([0, 1, 2, 3, 4], [1, 2, 3, 4, 0]))
+    assignment = torch.tensor([1, 0, 1, 0, 1])
+    with _private.dgl_random_partition(assignment) as fixed:
+        assert fixed
+        orig, _ = dgl.distributed.partition_graph(g, "g", 2, str(tmp_path), part_method="random",
+                                                  return_mapping=True)
+    config = json.loads((tmp_path / "g.json").read_text())
+    (start0, stop0), (start1, stop1) = config["node_map"]["_N"]
+    assert sorted(orig[start0:stop0].tolist()) == [1, 3] and sorted(orig[start1:stop1].tolist()) == [0, 2, 4]
+    import dgl.distributed.partition as module
+
+    assert module.random_choice is not None and getattr(module.random_choice, "__name__", "") != "fixed"

@@ -106,3 +106,18 @@ def test_library_errors_are_one_line(tmp_path, capsys):
     empty.write_text("xx\nyy\n")
     code, text = run_main(["--smiles", str(empty)], capsys)
     assert code == 2 and "no valid SMILES" in text
+
+
+def test_columns_zeroed_by_normalisation_are_reported(tmp_path, monkeypatch):
+    """``pse`` says when normalisation zeroes columns with spread (here, with the tolerance raised so that
+    the small graphs' RWSE columns fall below it) instead of writing zeros silently."""
+    from gpse_dgl.pse import standardize
+
+    source = tmp_path / "in.bin"
+    dgl.save_graphs(str(source), [cycle(7), path(9), complete(5)])
+    result = run(["--input", str(source), "--pse", "RWSE", "--out", str(tmp_path / "a.bin")])
+    assert result.exit_code == 0 and "normalisation set" not in result.output, result.output
+    monkeypatch.setattr(standardize, "VAR_TOL", 1.0)
+    result = run(["--input", str(source), "--pse", "RWSE", "--out", str(tmp_path / "b.bin")])
+    assert result.exit_code == 0, result.output
+    assert "note: normalisation set " in result.output and "--no-normalize keeps them" in result.output

@@ -81,3 +81,25 @@ def test_per_graph_standardize_matches_reference():
     # a standardised column has mean 0 and biased variance var / (var + 1e-5), i.e. close to 1
     col = out[8:17, 0]
     assert abs(col.mean()) < 1e-12 and abs(col.var() - 1) < 1e-3
+
+
+def test_standardize_keeps_a_unit_norm_column_of_a_large_graph_and_warns_when_it_zeroes_spread():
+    """A unit-norm column (a LapPE eigenvector) of n nodes has variance ~1/n: the reference's fixed 1e-5
+    zeroed every one above ~100k nodes. The tolerance now shrinks as 1/n above 10,000 nodes."""
+    import warnings
+
+    from gpse_dgl.pse.standardize import ColumnZeroedWarning, standardize_stack
+
+    n = 200_000
+    x = torch.randn(n, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    x /= x.norm(dim=0)  # unit-norm columns, variance 5e-6
+    x[:, 2] = 0.5 + 1e-9 * x[:, 2]  # a constant up to rounding-sized noise: zeroed without a word
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for out in (per_graph_standardize(x, [n]), standardize_stack(x[None])[0]):
+            assert torch.allclose(out[:, :2].std(dim=0), torch.full((2,), 0.95, dtype=torch.float64), atol=0.01)
+            assert torch.all(out[:, 2] == 0)
+    x[:, 1] *= 1e-2  # variance 5e-10, below the tolerance 5e-7 but not noise: zeroed, and said so
+    with pytest.warns(ColumnZeroedWarning, match=r"set 1 column\(s\) to 0 whose variance \(up to 5e-10\)") as caught:
+        out = per_graph_standardize(x, [n])
+    assert torch.all(out[:, 1] == 0) and caught[0].message.count == 1

@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpse_dgl.nn import native
+from gpse_dgl.kernels import cpu
 from gpse_dgl.nn.dropout import dropout
 from gpse_dgl.nn.gpse import GPSE
 from gpse_dgl.nn.residual import EPS, normalized_residual, normalized_residual_
@@ -123,7 +123,7 @@ def test_bad_probability():
 
 
 def test_kernel_checks_its_arguments(compiled):
-    kernel, empty = native.kernel(), torch.empty(0)
+    kernel, empty = cpu.kernel(), torch.empty(0)
     z = torch.randn(4, 8)
     with pytest.raises(RuntimeError, match=r"^out must be float32 \(4, 8\) rows"):
         kernel.residual_forward(z, empty, 0, 0.0, EPS, empty, empty, torch.empty(4, 8, dtype=torch.float64))

@@ -75,7 +75,7 @@ def test_encode_csv_keeps_numeric_columns_and_reports_records_from_zero(tmp_path
     code, text = _run(["encode", "--smiles", str(_table(tmp_path)), "--smiles-column", "smiles", "--out", str(out)],
                       capsys)
     assert code == 0, text
-    assert "1 invalid skipped (records 2, numbered from 0)" in text and "labels kept: y" in text
+    assert "1 invalid skipped (record 2, numbered from 0)" in text and "labels kept: y" in text
     graphs, labels = dgl.load_graphs(str(out))
     assert labels["smiles_index"].tolist() == [0, 1, 3, 4] and len(graphs) == 4
     assert labels["y"][[0, 1, 3]].tolist() == [1.5, 2.0, 4.5] and torch.isnan(labels["y"][2])
@@ -196,3 +196,52 @@ general_pipeline: {{num_epochs: 1, batch_size: 1, num_seeds: 1, standardize_targ
 
     run = json.loads((tmp_path / "run" / "results.json").read_text())["runs"][0]
     assert all(np.isfinite(run[split]) for split in ("train", "val", "test")), run
+
+
+def _own_recipe(tmp_path, table, extra="") -> str:
+    recipe = tmp_path / "own.yaml"
+    recipe.write_text(f"""device: cpu
+data: {{name: csv, path: {table}, task: regression, cache_dir: {tmp_path / 'cache'}{extra}}}
+model: {{name: gine, dim_hidden: 8, num_layers: 1, pe: {{source: none}}}}
+general_pipeline: {{num_epochs: 1, batch_size: 8, save_checkpoints: false, num_threads: 1}}
+""")
+    return str(recipe)
+
+
+def test_train_reports_every_skipped_record_and_column(tmp_path, capsys):
+    """Invalid SMILES and a column that is not a target are named with their record numbers, as encode
+    does, instead of only a graph count."""
+    path = tmp_path / "own.csv"
+    path.write_text("name,smiles,y\n" + "".join(f"m{i},{s},{y}\n" for i, (s, y, _) in enumerate(ROWS * 4)))
+    code, text = _run(["train", _own_recipe(tmp_path, path), "--out", str(tmp_path / "run"), "--no-progress"], capsys)
+    assert code == 0, text
+    line = next(line for line in text.splitlines() if line.startswith("data: "))
+    assert "16 graph(s) (4 invalid SMILES skipped: records 2, 7, 12, 17, numbered from 0)" in line, line
+    assert "not numbers, not targets: name (record 0: 'm0')" in line, line
+
+
+def test_a_text_cell_in_a_label_column_is_reported_with_its_record(tmp_path, capsys):
+    path = tmp_path / "own.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{'abc' if i == 3 else i}\n" for i, s in
+                                            enumerate(["CCO", "CCN", "CCC", "CCCl", "c1ccccc1"])))
+    out = tmp_path / "out.bin"
+    code, text = _run(["encode", "--smiles", str(path), "--out", str(out)], capsys)
+    assert code == 0, text
+    assert "not numbers, not kept: y (record 3: 'abc')" in text, text
+    code, text = _run(["train", _own_recipe(tmp_path, path), "--out", str(tmp_path / "run")], capsys)
+    assert code == 2 and "no numeric column to use as target (not numbers: y (record 3: 'abc'))" in text, text
+
+
+def test_an_infinite_target_is_refused_before_training_naming_record_and_column(tmp_path, capsys):
+    path = tmp_path / "own.csv"
+    path.write_text("smiles,y\n" + "".join(f"{s},{'1e400' if i == 3 else i}\n" for i, s in
+                                            enumerate(["CCO", "not-a-smiles", "CCC", "CCCl", "c1ccccc1"] * 3)))
+    code, text = _run(["train", _own_recipe(tmp_path, path), "--out", str(tmp_path / "run")], capsys)
+    assert code == 2, text
+    assert "column 'y', record 3: '1e400' is not a finite number" in text and text.count("\n") == 1, text
+    assert not (tmp_path / "run" / "results.json").exists()
+    binary = tmp_path / "own.bin"
+    dgl.save_graphs(str(binary), [dgl.rand_graph(4, 6) for _ in range(5)],
+                    {"label": torch.tensor([0.0, 1.0, float("-inf"), 2.0, 3.0])})
+    with pytest.raises(GPSEError, match=r"target 'label', graph 2: -inf is not a finite number"):
+        load_dataset("dgl-bin", path=binary)

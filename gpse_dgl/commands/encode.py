@@ -52,15 +52,15 @@ def _load_graphs(dataset, input_path, smiles, root, smiles_column=None):
 
         graphs, labels = read_graph_file(input_path)
         return graphs, labels, f"{input_path}"
-    from ..data.tables import skeleton_table
+    from ..data.tables import columns_note, records_note, skeleton_table
 
-    graphs, labels, invalid = skeleton_table(str(smiles), smiles_column)
+    graphs, labels, invalid, text = skeleton_table(str(smiles), smiles_column)
     if not graphs:
         raise GPSEError(f"{smiles}: no valid SMILES found")
-    shown = ", ".join(str(i) for i in invalid[:5]) + (", ..." if len(invalid) > 5 else "")
-    note = f", {len(invalid)} invalid skipped (records {shown}, numbered from 0)" if invalid else ""
+    note = f", {len(invalid)} invalid skipped ({records_note(invalid)})" if invalid else ""
     kept = [name for name in labels if name != "smiles_index"]
     columns = f"; labels kept: {', '.join(kept)}" if kept else ""
+    columns += f"; not numbers, not kept: {columns_note(text)}" if text else ""
     return graphs, labels, f"{smiles} ({plural(len(graphs), 'molecule')}{note}{columns})"
 
 
@@ -136,11 +136,10 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
         raise click.UsageError("--smiles-column only applies with --smiles")
 
     from ..utils.distributed import local_device, process_group
-    from ..utils.precision import resolve_precision, select_precision
+    from ..utils.precision import decide_precision
 
     device = resolve_device(device)
-    resolve_precision(precision, device, warn=False)  # a bad name fails before any work
-    precision = select_precision(precision, device)  # auto -> the name the log line reports
+    precision = decide_precision(precision, device)  # once, here: a bad name fails before any work
     check_output_file(out_path, "--out")
     with process_group("auto", device) as ctx:  # under torchrun: each process encodes its share
         with contextlib.ExitStack() as quiet:
@@ -183,7 +182,7 @@ def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_col
     if len(graphs) > 1:
         rate = f"{len(graphs) / elapsed:,.1f} graphs/s, {rate}"
     click.echo(f"encoded {plural(len(graphs), 'graph')}, {plural(num_nodes, 'node')} in {elapsed:.2f} s ({rate}) "
-               f"on {device} in {precision}; wrote {out_path} (ndata['gpse'])", err=True)
+               f"on {device} in {precision.name}; wrote {out_path} (ndata['gpse'])", err=True)
 
 
 def _check_finite_encodings(graphs) -> None:

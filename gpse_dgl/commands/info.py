@@ -46,7 +46,7 @@ def command():
     """
     import torch
 
-    from ..nn.ops import dgl_supports, resolve_backend
+    from .. import kernels
 
     click.echo(f"gpse-dgl  {_version('gpse_dgl')}")
     click.echo(f"python    {platform.python_version()} ({platform.platform()})")
@@ -64,21 +64,16 @@ def command():
     for dev in devices:
         kind = torch.device(dev).type
         name = torch.cuda.get_device_name(torch.device(dev)) if kind == "cuda" else platform.processor() or "cpu"
-        ok = dgl_supports(kind)
+        ok = kernels.dgl_supports(kind)
         # None: what the ops will pick, GPSE_DGL_BACKEND included
-        chosen = resolve_backend(None, torch.device(dev))
+        chosen = kernels.resolve_backend(None, torch.device(dev))
         forced = " (set by GPSE_DGL_BACKEND)" if os.environ.get("GPSE_DGL_BACKEND", "auto") != "auto" else ""
         click.echo(f"  {dev:<8} {name}; DGL kernels: {'yes' if ok else 'no'}; "
                    f"message passing uses the {chosen!r} backend{forced}")
         click.echo(f"           {_precision_line(dev)}")
-        if kind == "cpu":
-            from ..nn import native
-
-            click.echo(f"           CPU kernels (gated sum, dropout, residual step): {native.describe()}")
-        elif kind == "cuda":
-            from ..nn import gpu_kernels  # imports Triton where it is: only when a GPU is listed
-
-            click.echo(f"           CUDA inference kernels: {gpu_kernels.describe()}")
+        # the path of each op (dgl, fused-cpu, triton, torch); on a GPU this imports Triton where it is
+        click.echo(f"           paths: {', '.join(f'{op} {path}' for op, path in kernels.paths(dev).items())}")
+        click.echo(f"           kernels: {kernels.describe(dev)}")
 
 
 def _precision_line(device: str) -> str:

@@ -1,7 +1,9 @@
 """``gpse-dgl pse``: explicit PSEs (LapPE, EigVals, ElstaticPE, RWSE, HKdiagSE, CycleGE) of many graphs."""
 from __future__ import annotations
 
+import contextlib
 import time
+import warnings
 
 import click
 
@@ -13,6 +15,25 @@ from ..utils.text import plural
 from . import output_options
 
 DATASET_EMBEDDED = "embedded-molecules"
+
+
+@contextlib.contextmanager
+def zeroed_columns_noted(say):
+    """Per-graph standardisation's :class:`~gpse_dgl.pse.standardize.ColumnZeroedWarning` (from any
+    thread of the computation) summed into one line, instead of dropping columns silently."""
+    from ..pse.standardize import ColumnZeroedWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ColumnZeroedWarning)
+        yield
+    zeroed = [w.message for w in caught if isinstance(w.message, ColumnZeroedWarning)]
+    for w in caught:  # anything else as it would have been shown
+        if not isinstance(w.message, ColumnZeroedWarning):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    if zeroed:
+        say(f"note: normalisation set {sum(z.count for z in zeroed)} column(s) of some graph(s) to 0: their "
+            f"variance (up to {max(z.largest for z in zeroed):.3g}) is below the tolerance (1e-5, times "
+            f"10,000/n above 10,000 nodes); --no-normalize keeps them")
 
 
 def _split_names(ctx, param, value):
@@ -161,10 +182,11 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
     names = names or list(PSE_REGISTRY)
     start = time.perf_counter()
     try:
-        graphs, graph_level = compute_pses(
-            graphs, names, normalize=not no_normalize, progress=progress and not is_quiet(),
-            dense_limit=dense_limit or DEFAULT_DENSE_LIMIT, max_cycle_paths=max_cycle_paths, device=device,
-            num_workers=workers, sparse_limit=sparse_limit or DEFAULT_SPARSE_LIMIT)
+        with zeroed_columns_noted(say):
+            graphs, graph_level = compute_pses(
+                graphs, names, normalize=not no_normalize, progress=progress and not is_quiet(),
+                dense_limit=dense_limit or DEFAULT_DENSE_LIMIT, max_cycle_paths=max_cycle_paths, device=device,
+                num_workers=workers, sparse_limit=sparse_limit or DEFAULT_SPARSE_LIMIT)
     except CycleLimitError as exc:
         raise exc.naming("--max-cycle-paths") from None
     elapsed = time.perf_counter() - start

@@ -16,7 +16,8 @@ anything else          a SMILES file (:func:`gpse_dgl.data.molecules.read_smiles
 
 :meth:`MoleculeTable.numeric_columns` gives the columns whose every non-empty value is a number, as
 float32 tensors with NaN for empty cells: the labels kept by ``gpse-dgl encode --smiles`` and the
-targets of ``data.name: csv`` recipes.
+targets of ``data.name: csv`` recipes. :meth:`MoleculeTable.text_columns` names the others with their
+first record that is not a number, so that a column left out is reported, never dropped silently.
 
 Example
 -------
@@ -24,8 +25,10 @@ Example
 >>> path = os.path.join(tempfile.mkdtemp(), "mols.csv")
 >>> _ = open(path, "w").write("name,smiles,logp\\na,CCO,-0.1\\nb,c1ccccc1,1.7\\n")
 >>> table = read_molecule_table(path)
->>> table.smiles, sorted(table.numeric_columns())
-(['CCO', 'c1ccccc1'], ['logp'])
+>>> table.smiles, sorted(table.numeric_columns()), table.text_columns()
+(['CCO', 'c1ccccc1'], ['logp'], {'name': (0, 'a')})
+>>> records_note([2, 7])
+'records 2, 7, numbered from 0'
 """
 from __future__ import annotations
 
@@ -39,7 +42,8 @@ import torch
 from ..utils.errors import DatasetNotFoundError
 from ._io import DatasetFormatError
 
-__all__ = ["MoleculeTable", "read_molecule_table", "skeleton_table", "TABLE_SUFFIXES", "SDF_SUFFIXES"]
+__all__ = ["MoleculeTable", "read_molecule_table", "skeleton_table", "records_note", "columns_note",
+           "TABLE_SUFFIXES", "SDF_SUFFIXES"]
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".tab")
 SDF_SUFFIXES = (".sdf", ".sdf.gz")
@@ -74,12 +78,33 @@ class MoleculeTable:
             values = _floats(self.column(name))
             if values is None:
                 if names is not None:
-                    bad = next(i for i, v in enumerate(self.columns[name]) if _float(v) is None)
-                    raise DatasetFormatError(f"{self.path}: column {name!r}, record {bad}: "
-                                             f"{self.columns[name][bad]!r} is not a number")
+                    bad, value = self.text_columns()[name]
+                    raise DatasetFormatError(f"{self.path}: column {name!r}, record {bad}: {value!r} is not a number")
                 continue
             out[name] = values
         return out
+
+    def text_columns(self) -> dict[str, tuple[int, str]]:
+        """``{name: (record, value)}`` of the columns :meth:`numeric_columns` leaves out: the first record
+        (numbered from 0) whose value is not a number."""
+        out = {}
+        for name, values in self.columns.items():
+            bad = next((i for i, v in enumerate(values) if _float(v) is None), None)
+            if bad is not None:
+                out[name] = (bad, str(values[bad]))
+        return out
+
+
+def records_note(records, limit: int = 10) -> str:
+    """``"records 2, 7, numbered from 0"``: the first ``limit`` of ``records``, then how many more."""
+    shown = ", ".join(str(i) for i in records[:limit])
+    more = f" and {len(records) - limit} more" if len(records) > limit else ""
+    return f"{'record' if len(records) == 1 else 'records'} {shown}{more}, numbered from 0"
+
+
+def columns_note(text_columns: dict) -> str:
+    """``"name (record 0: 'a'), y (record 15: 'abc')"``: columns left out and why, for a one-line report."""
+    return ", ".join(f"{name} (record {i}: {value[:20]!r})" for name, (i, value) in text_columns.items())
 
 
 def _float(value):
@@ -161,9 +186,9 @@ def _read_sdf(path: str) -> MoleculeTable:
     return MoleculeTable(path, smiles, columns)
 
 
-def skeleton_table(path, smiles_column: str | None = None) -> tuple[list, dict[str, torch.Tensor], list[int]]:
-    """Skeleton graphs of a molecule file (:func:`gpse_dgl.data.molecules.smiles_to_skeleton`), their labels
-    and the records skipped as invalid.
+def skeleton_table(path, smiles_column: str | None = None) -> tuple[list, dict[str, torch.Tensor], list[int], dict]:
+    """Skeleton graphs of a molecule file (:func:`gpse_dgl.data.molecules.smiles_to_skeleton`), their labels,
+    the records skipped as invalid and the columns left out.
 
     Returns
     -------
@@ -174,6 +199,9 @@ def skeleton_table(path, smiles_column: str | None = None) -> tuple[list, dict[s
         aligned with ``graphs``).
     invalid : list of int
         Records (0-based, as ``smiles_index``) whose SMILES RDKit could not read.
+    text_columns : dict
+        :meth:`MoleculeTable.text_columns`: the columns that are not labels, each with its first record
+        that is not a number.
     """
     from .molecules import smiles_to_skeleton  # rdkit (through .molecules): a heavy import
 
@@ -189,4 +217,4 @@ def skeleton_table(path, smiles_column: str | None = None) -> tuple[list, dict[s
     rows = torch.tensor(kept, dtype=torch.int64)
     labels = {"smiles_index": rows}
     labels.update({name: values[rows] for name, values in table.numeric_columns().items() if name not in labels})
-    return graphs, labels, invalid
+    return graphs, labels, invalid, table.text_columns()

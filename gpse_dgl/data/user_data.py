@@ -7,8 +7,11 @@ Registered names (``data.name`` in downstream recipes, with ``data.path``):
 ``csv``
     a molecule table (:mod:`gpse_dgl.data.tables`: CSV / TSV, SD or SMILES file). Each valid SMILES
     becomes a graph with OGB's atom and bond features (``ogb.utils.smiles2graph``); invalid ones are
-    skipped and counted (``info["invalid"]``, ``info["record_index"]`` maps graphs to file records).
-    Targets: ``target_columns`` (default every numeric column other than the split column).
+    skipped and listed (``info["invalid_records"]``, ``info["record_index"]`` maps graphs to file
+    records). Targets: ``target_columns`` (default every numeric column other than the split column;
+    the others are listed in ``info["text_columns"]`` with their first record that is not a number). A
+    target that is infinite (``inf``, ``1e400``) is refused, naming its record and column; an empty cell
+    is a missing value.
 ``dgl-bin``
     a ``dgl.save_graphs`` file whose labels dict holds the targets: graph-level when a tensor has one
     row per graph, node-level when the file holds one graph and the tensor one row per node. Targets:
@@ -121,6 +124,7 @@ def labelled_dataset(graphs: list, labels: torch.Tensor, name: str, task: str = 
     ``edata["feat"]`` become the input features (:func:`feature_kinds`) unless ``info`` names kinds.
     """
     labels = labels.reshape(labels.shape[0], -1)
+    _refuse_non_finite(labels, name, level, (info or {}).get("targets"))
     task_type = infer_task_type(labels, task)
     targets, num_tasks, num_classes, metric = _as_targets(labels, task_type)
     if splits is None:
@@ -134,6 +138,18 @@ def labelled_dataset(graphs: list, labels: torch.Tensor, name: str, task: str = 
         metric=metric, num_tasks=num_tasks, num_classes=num_classes,
         node_feat_key="feat" if info.get("node_feat_kind") else None,
         edge_feat_key="feat" if info.get("edge_feat_kind") else None, info=info)
+
+
+def _refuse_non_finite(labels: torch.Tensor, name: str, level: str, targets) -> None:
+    """Infinite targets are refused before training (NaN is a missing value, kept)."""
+    if not labels.is_floating_point():
+        return
+    bad = torch.isinf(labels).nonzero()
+    if len(bad):
+        row, column = bad[0].tolist()
+        label = targets[column] if targets and column < len(targets) else column
+        raise GPSEError(f"{name}: target {label!r}, {level} {row}: {labels[row, column].item()} is not a finite "
+                        f"number (a target must be finite)")
 
 
 def _require_file(path, what: str) -> Path:
@@ -150,17 +166,20 @@ def load_csv_dataset(root=None, path=None, smiles_column: str | None = None,
                      split_seed: int = 0) -> GraphDataset:
     """``data.name: csv``: molecules of a table file with targets from its columns (module docstring)."""
     from .molecules import quiet_rdkit  # rdkit (through .molecules): a heavy import
+    from .tables import columns_note
 
     table = read_molecule_table(_require_file(path, "molecule table"), smiles_column)
     kind, split_column = parse_split(split)
     split_values = table.column(split_column) if split_column else None
+    not_numbers = {k: v for k, v in table.text_columns().items() if k != split_column}
     if target_columns:
         columns = table.numeric_columns(list(target_columns))
+        not_numbers = {}  # the user chose the targets: the other columns are not dropped from anything
     else:
         columns = {k: v for k, v in table.numeric_columns().items() if k != split_column}
         if not columns:
-            raise DatasetFormatError(f"{table.path}: no numeric column to use as target (columns: "
-                                     f"{', '.join(table.columns) or 'none'}); set data.target_columns")
+            raise DatasetFormatError(f"{table.path}: no numeric column to use as target (not numbers: "
+                                     f"{columns_note(not_numbers) or 'no columns'}); set data.target_columns")
     graphs, kept = [], []
     with quiet_rdkit():
         for index, text in enumerate(table.smiles):
@@ -172,13 +191,27 @@ def load_csv_dataset(root=None, path=None, smiles_column: str | None = None,
         raise DatasetFormatError(f"{table.path}: no valid SMILES in column {table.smiles_column or 1}")
     rows = torch.tensor(kept, dtype=torch.long)
     labels = torch.stack([values[rows] for values in columns.values()], dim=1)
-    invalid = len(table) - len(graphs)
+    _refuse_infinite(table, list(columns), labels, kept)
+    invalid = sorted(set(range(len(table))) - set(kept))
     return labelled_dataset(
         graphs, labels, f"csv-{Path(table.path).stem}", task=task, split=split, split_seed=split_seed,
         smiles=[table.smiles[i] for i in kept],
         split_values=None if split_values is None else [split_values[i] for i in kept],
-        info={"source": table.path, "targets": list(columns), "invalid": invalid, "record_index": kept,
-              "node_feat_kind": "ogb-atom", "edge_feat_kind": "ogb-bond"})
+        info={"source": table.path, "targets": list(columns), "invalid": len(invalid), "invalid_records": invalid,
+              "text_columns": not_numbers, "record_index": kept, "node_feat_kind": "ogb-atom",
+              "edge_feat_kind": "ogb-bond"})
+
+
+def _refuse_infinite(table, names: list, labels: torch.Tensor, records: list) -> None:
+    """A one-line error naming the first infinite target's record and column (a model cannot fit it, and
+    every metric of the run would be NaN)."""
+    bad = torch.isinf(labels).nonzero()
+    if len(bad):
+        row, column = bad[0].tolist()
+        name, record = names[column], records[row]
+        raise DatasetFormatError(f"{table.path}: column {name!r}, record {record}: {table.columns[name][record]!r} "
+                                 f"is not a finite number (a target must be finite; leave the cell empty for a "
+                                 f"missing value)")
 
 
 def _target_keys(labels: dict, target_columns, path: Path, skip: str | None) -> list[str]:

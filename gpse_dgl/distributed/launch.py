@@ -5,12 +5,17 @@ DGL's IP configuration on loopback (``127.0.0.1``, free ports). Several hosts: a
 host per partition (``HOST`` or ``HOST PORT`` per line, ``#`` comments; a host may repeat), and each
 process is started there with ``ssh`` (key-based, ``BatchMode``) or SLURM's ``srun`` (inside an
 allocation). The partition directory, the output directory and this Python environment must be at the
-same paths on every host (a shared file system).
+same paths on every host (a shared file system). A host listed without a port gets 30050, or the next
+port not yet taken on that host when it repeats; the plan (ports 1-65535, no host and port twice, the
+trainers' rendezvous port 1000 above the first server's) is checked before any process starts
+(:func:`check_host_plan`).
 
 Every process gets the environment :mod:`gpse_dgl.distributed.runtime` documents, its own process
 group and, on Linux, a parent-death signal, and writes its output to ``LOGS/<role><i>.log``
-(``LOGS/processes.json`` lists the processes with their pids, and the run's shared-memory names). The
-launcher watches them all: when one exits with an error or a signal, or a server stops while trainers
+(``LOGS/processes.json``, written before anything starts, names this launcher, the run's shared-memory
+files and the processes with their pids: :mod:`gpse_dgl.distributed.leftovers` removes what a killed
+launcher left when the next launch into the same logs starts, or on ``gpse-dgl launch --cleanup``;
+one launcher at a time holds the logs directory's lock). The launcher watches them all: when one exits with an error or a signal, or a server stops while trainers
 still run, or ``timeout`` passes, it stops the others (SIGTERM to each process group, SIGKILL after a
 grace period), removes the shared memory the run left on this host and raises :class:`LaunchError`
 with one line naming the process and, for an error, the last line of its log. When every trainer has
@@ -25,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import glob
 import json
 import os
 import shlex
@@ -39,14 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..utils.errors import GPSEError, RunFailedError
+from ..utils.lock import RunLock
+from . import leftovers
+from .hosts import DEFAULT_PORT, LOOPBACK, MASTER_PORT_OFFSET, check_host_plan, read_host_file, ssh_command
 from .partition import read_partition_info
-from .runtime import shared_memory_prefix
 
-__all__ = ["LaunchError", "Process", "launch", "read_host_file", "LOOPBACK", "VIA"]
+__all__ = ["LaunchError", "Process", "launch", "read_host_file", "check_host_plan", "LOOPBACK", "VIA"]
 
-LOOPBACK = "127.0.0.1"
 VIA = ("local", "ssh", "srun")
-DEFAULT_PORT = 30050
 GRACE_SECONDS = 5.0
 SERVER_GONE_SECONDS = 15.0
 #: glibc's MALLOC_MMAP_THRESHOLD_ for the started processes (unless set): buffers above it are mmap'd
@@ -82,21 +86,6 @@ class Process:
         return None if self.ended is None else self.ended - self.started
 
 
-def read_host_file(path, parts: int) -> list:
-    """``[(host, port), ...]``, one per partition, from a host file (``HOST [PORT]`` per line)."""
-    hosts = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
-        words = line.split("#", 1)[0].split()
-        if not words:
-            continue
-        if len(words) > 2 or (len(words) == 2 and not words[1].isdigit()):
-            raise GPSEError(f"{path}:{number}: expected 'HOST' or 'HOST PORT', got {line.strip()!r}")
-        hosts.append((words[0], int(words[1]) if len(words) == 2 else DEFAULT_PORT))
-    if len(hosts) != parts:
-        raise GPSEError(f"{path}: {len(hosts)} host line(s) for {parts} partitions: list one host per partition")
-    return hosts
-
-
 def _free_ports(count: int) -> list:
     """``count`` distinct TCP ports free on loopback now (held open together so they differ)."""
     sockets = []
@@ -120,14 +109,15 @@ def _die_with_parent() -> None:
 
 
 def _remote(via: str, host: str, env: dict, command: list) -> list:
-    exports = {k: v for k, v in env.items() if k.startswith(("DGL_", "GPSE_DGL_", "MASTER_", "OMP_"))
-               or k in ("RANK", "WORLD_SIZE", "PYTHONPATH")}
+    # GLOO_ / TP_: torch.distributed's choice of network interface (GLOO_SOCKET_IFNAME) on hosts with several
+    exports = {k: v for k, v in env.items() if k.startswith(("DGL_", "GPSE_DGL_", "MASTER_", "OMP_", "GLOO_", "TP_"))
+               or k in ("RANK", "WORLD_SIZE", "PYTHONPATH", "PYTHONUNBUFFERED", "MALLOC_MMAP_THRESHOLD_")}
     if via == "ssh":
-        line = " ".join([f"cd {shlex.quote(os.getcwd())} &&", "env"]
+        line = " ".join([f"cd {shlex.quote(os.getcwd())} &&", "exec", "env"]
                         + [f"{k}={shlex.quote(v)}" for k, v in sorted(exports.items())]
                         + [shlex.quote(c) for c in command])
         # -tt: the remote command gets a terminal, so it is hung up when this ssh is stopped
-        return ["ssh", "-tt", "-o", "BatchMode=yes", host, line]
+        return [*ssh_command(), "-tt", "-o", "BatchMode=yes", host, line]
     # srun inherits this environment (--export=ALL) and stops its task when it is stopped
     return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--export=ALL", "--kill-on-bad-exit=1",
             *command]
@@ -168,10 +158,11 @@ def _last_line(path: Path) -> str:
 
 
 class _Run:
-    def __init__(self, processes: list, timeout: float | None, run_id: str):
+    def __init__(self, processes: list, timeout: float | None, run_id: str, hosts: list, via: str):
         self.processes = processes
         self.timeout = timeout
         self.run_id = run_id
+        self.hosts, self.via = hosts, via
 
     def start(self, envs: list) -> None:
         for proc, env in zip(self.processes, envs):
@@ -183,9 +174,7 @@ class _Run:
                                               preexec_fn=_die_with_parent)
         table = [{"role": p.role, "index": p.index, "part": p.part, "host": p.host, "pid": p.popen.pid,
                   "log": str(p.log)} for p in self.processes]
-        record = {"run_id": self.run_id, "shared_memory": f"/dev/shm/{shared_memory_prefix(self.run_id, '*')}*",
-                  "processes": table}
-        (self.processes[0].log.parent / "processes.json").write_text(json.dumps(record, indent=1) + "\n")
+        leftovers.record(self.processes[0].log.parent, self.run_id, self.hosts, self.via, table)
 
     def _reap(self, proc: Process) -> bool:
         if proc.returncode is not None:
@@ -261,17 +250,15 @@ class _Run:
         self.clean_shared_memory()
 
     def clean_shared_memory(self) -> None:
-        for path in glob.glob(f"/dev/shm/{shared_memory_prefix(self.run_id, '*')}*"):
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
+        remote = sorted({host for host, _ in self.hosts if host != LOOPBACK})
+        leftovers.remove_shared_memory(self.run_id, remote, self.via)
 
 
 @dataclass
 class LaunchResult:
     processes: list = field(default_factory=list)
     seconds: float = 0.0
+    cleaned: list = field(default_factory=list)  # shared-memory files of a killed earlier launch, removed
 
     def table(self) -> list:
         """One dict per process: role, index, partition, seconds, CPU seconds (local runs) and peak RSS
@@ -314,14 +301,23 @@ def launch(part_dir, trainer_command: list, logs, trainers_per_part: int = 1, ho
         raise GPSEError(f"trainers per partition must be at least 1, got {trainers_per_part}")
     if hosts is None:
         hosts = [(LOOPBACK, port) for port in _free_ports(parts)]
+    check_host_plan(hosts)
     logs = Path(logs).resolve()
-    logs.mkdir(parents=True, exist_ok=True)
+    with RunLock(logs, label=f"logs {logs}"):
+        cleaned = leftovers.clean(logs)
+        return _launch(info, trainer_command, logs, trainers_per_part, hosts, via, timeout, threads, env, cleaned)
+
+
+def _launch(info: dict, trainer_command: list, logs: Path, trainers_per_part: int, hosts: list, via: str,
+            timeout: float | None, threads: int | None, env: dict | None, cleaned: list) -> LaunchResult:
+    parts = info["num_parts"]
     ip_config = logs / "ip_config.txt"
     ip_config.write_text("".join(f"{host} {port}\n" for host, port in hosts))
     run_id = uuid.uuid4().hex[:8]
+    leftovers.record(logs, run_id, hosts, via)  # before anything starts: a killed launcher's files are found
     world = parts * trainers_per_part
     master = hosts[0][0]
-    master_port = _free_ports(1)[0] if master == LOOPBACK else hosts[0][1] + 1000
+    master_port = _free_ports(1)[0] if master == LOOPBACK else hosts[0][1] + MASTER_PORT_OFFSET
     per_host: dict = {}
     for host, _ in hosts:
         per_host[host] = per_host.get(host, 0) + trainers_per_part
@@ -356,7 +352,7 @@ def launch(part_dir, trainer_command: list, logs, trainers_per_part: int = 1, ho
     if via != "local":
         for proc, penv in zip(processes, envs):
             proc.command = _remote(via, proc.host, penv, proc.command)
-    run = _Run(processes, timeout, run_id)
+    run = _Run(processes, timeout, run_id, hosts, via)
     start = time.perf_counter()
     previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
 
@@ -378,7 +374,7 @@ def launch(part_dir, trainer_command: list, logs, trainers_per_part: int = 1, ho
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         run.clean_shared_memory()
-    return LaunchResult(processes, time.perf_counter() - start)
+    return LaunchResult(processes, time.perf_counter() - start, cleaned)
 
 
 def main(argv=None) -> int:

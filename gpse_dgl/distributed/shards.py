@@ -5,7 +5,9 @@ whose nodes are the trainer's nodes: ``ndata["gpse"]`` their encodings, ``ndata[
 in the input graph. ``OUT/manifest.json`` lists the shards with the graph's size and the seed.
 :func:`read_encodings` returns the ``(N, d)`` encodings in the input graph's node order (checking that
 every node appears once); :func:`gather` writes them into one ``dgl.save_graphs`` file, on the input
-graph when it is given or recorded by ``gpse-dgl partition``, else on an edgeless graph of ``N`` nodes.
+graph when it is given or recorded by ``gpse-dgl partition``, else on an edgeless graph of ``N`` nodes;
+a graph whose structure key (:func:`~gpse_dgl.nn.random_features.structure_keys`) is not the one the
+partition recorded (e.g. a source file replaced by another graph of the same size) is refused.
 Shards can also be used as they are: each is a self-contained slice of the result.
 """
 from __future__ import annotations
@@ -19,7 +21,10 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..nn.random_features import structure_keys
 from ..utils.errors import GPSEError, InputDataError
+from ..utils.graph import as_simple_undirected
+from ..utils.io import save_graphs_atomic
 
 __all__ = ["MANIFEST", "shard_path", "write_shard", "write_manifest", "read_manifest", "read_shard",
            "read_encodings", "gather"]
@@ -47,7 +52,8 @@ def write_shard(out_dir, rank: int, orig_ids: torch.Tensor, encodings: torch.Ten
 def write_manifest(out_dir, info: dict, shards: int, dim: int, seed: int) -> None:
     manifest = {"format": 1, "num_nodes": info["num_nodes"], "dim": dim, "seed": seed, "shards": shards,
                 "files": [shard_path(".", r).name for r in range(shards)], "source": info.get("source"),
-                "partition": info.get("directory")}
+                "partition": info.get("directory"), "feature_key": info.get("feature_key"),
+                "undirected": info.get("undirected", True)}
     (Path(out_dir) / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
 
@@ -97,6 +103,20 @@ def gather(out_dir, path, graph: dgl.DGLGraph | None = None, use_source: bool = 
         graph = dgl.graph(([], []), num_nodes=manifest["num_nodes"])
     if graph.num_nodes() != manifest["num_nodes"]:
         raise InputDataError(f"the graph has {graph.num_nodes()} nodes, the encodings {manifest['num_nodes']}")
+    if graph.num_edges():
+        _check_structure(graph, manifest, out_dir)
     graph.ndata["gpse"] = encodings
-    dgl.save_graphs(str(path), [graph], labels or None)
+    save_graphs_atomic(path, [graph], labels or None)
     return Path(path)
+
+
+def _check_structure(graph: dgl.DGLGraph, manifest: dict, out_dir) -> None:
+    """The graph must be the partitioned one: its structure key is the one recorded (when recorded)."""
+    recorded = manifest.get("feature_key")
+    if recorded is None:
+        return
+    key = structure_keys(as_simple_undirected(graph) if manifest.get("undirected", True) else graph)[0]
+    if int(key) != int(recorded):
+        where = manifest.get("source") or "the graph"
+        raise InputDataError(f"{where} is not the graph that was partitioned (structure key {int(key)}, the "
+                             f"partition's {int(recorded)}): not attaching the encodings of {out_dir} to it")

@@ -47,9 +47,9 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
-from ..nn import gpu_kernels
+from .. import kernels
 from ..nn.random_features import random_node_features
-from ..utils.precision import autocast, resolve_precision
+from ..utils.precision import Precision, as_precision
 from ..utils.progress import progress as progress_bar
 from .graphs import as_simple_undirected, is_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
@@ -74,7 +74,7 @@ def model_device(model) -> torch.device:
 
 
 @contextlib.contextmanager
-def _inference(model, device, precision: str = "fp32"):
+def _inference(model, device, precision: Precision):
     """Eval mode, no autograd and ``precision``'s autocast for the duration; every module's train/eval flag
     is restored after. A model already on ``device`` and in eval mode is left alone: a dataset is encoded
     one batch at a time, and walking the modules per batch cost a tenth of a molecule batch on a GPU."""
@@ -85,7 +85,7 @@ def _inference(model, device, precision: str = "fp32"):
     if any(training for _, training in modes):
         encoder.eval()
     try:
-        with torch.no_grad(), autocast(precision, device if device is not None else model_device(model)):
+        with torch.no_grad(), precision.autocast(device if device is not None else model_device(model)):
             yield encoder
     finally:
         for module, training in modes:
@@ -113,7 +113,7 @@ def forward_bytes(g: dgl.DGLGraph, dim: int, device, num_graphs: int | None = No
     """
     nodes = g.num_nodes()
     rows = nodes + (g.batch_size if num_graphs is None else num_graphs)
-    per_edge = torch.device(device).type != "cpu" and not gpu_kernels.available()
+    per_edge = torch.device(device).type != "cpu" and not kernels.available("triton")
     edges = g.num_edges() + 2 * nodes if per_edge else nodes
     return 4 * dim * (6 * rows + edges)
 
@@ -144,8 +144,7 @@ def _large_graph_inference(model, g, x, seed, samples, device, undirected, preci
     """Shared setup of :func:`encode_large` and :func:`encode_sampled`: yields ``(the encoder on the
     device, the prepared graph, the input-feature draws)`` with the model in inference mode."""
     device = torch.device(device) if device is not None else model_device(model)
-    resolve_precision(precision, device)
-    with _inference(model, device, precision) as encoder:
+    with _inference(model, device, as_precision(precision, device)) as encoder:
         if x is not None:
             _check_x(x, g, encoder.dim_in, samples)
         prepared = _prepare(g, undirected)
@@ -169,7 +168,7 @@ def _forward(encoder, g, x, device, max_forward_bytes, chunk_edges, progress) ->
 
 def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0, samples: int = 1,
            batch_size: int | None = None, device=None, undirected: bool = True,
-           max_forward_bytes: int = MAX_FORWARD_BYTES, precision: str = "fp32") -> torch.Tensor:
+           max_forward_bytes: int = MAX_FORWARD_BYTES, precision: Precision | str = "fp32") -> torch.Tensor:
     """GPSE encodings of every node of a graph or batched graph.
 
     Parameters
@@ -192,9 +191,10 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
         Encode the simple undirected version of each graph (default; see the module docstring).
     max_forward_bytes : int
         Activation budget of a plain forward; larger batches are encoded layer by layer.
-    precision : str
-        ``"fp32"`` (default, the reference), ``"bf16"`` or ``"fp16"`` (CUDA only) for the dense
-        products (see the module docstring); the encodings are float32 in every case.
+    precision : Precision or str
+        ``"fp32"`` (default, the reference), ``"bf16"``, ``"fp16"`` (CUDA only) or ``"auto"`` for the dense
+        products (see the module docstring), or a precision an entry point decided
+        (:func:`~gpse_dgl.utils.precision.decide_precision`); the encodings are float32 in every case.
 
     Returns
     -------
@@ -213,8 +213,7 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     device = torch.device(device) if device is not None else model_device(model)
-    resolve_precision(precision, device)
-    with _inference(model, device, precision) as encoder:
+    with _inference(model, device, as_precision(precision, device)) as encoder:
         if x is not None:
             _check_x(x, g, encoder.dim_in, samples)
         prepared = _prepare(g, undirected)
@@ -235,7 +234,7 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
 def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
                  samples: int = 1, device=None, undirected: bool = True,
                  chunk_edges: int = DEFAULT_CHUNK_EDGES, progress: bool = False,
-                 shard: bool = False, precision: str = "fp32") -> torch.Tensor:
+                 shard: bool = False, precision: Precision | str = "fp32") -> torch.Tensor:
     """Exact encodings of a large graph with bounded memory (layer by layer over node chunks).
 
     Same result as :func:`encode` up to float rounding, holding only the current layer's state (see
@@ -264,7 +263,7 @@ def encode_large(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: in
 def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | None = 0,
                    samples: int = 1, fanouts: Sequence[int] = DEFAULT_FANOUTS, batch_size: int | None = None,
                    device=None, undirected: bool = True, nodes: torch.Tensor | None = None,
-                   progress: bool = False, precision: str = "fp32") -> torch.Tensor:
+                   progress: bool = False, precision: Precision | str = "fp32") -> torch.Tensor:
     """Approximate encodings from neighbour-sampled computation graphs (DGL's MultiLayerNeighborSampler).
 
     ``fanouts`` lists the neighbours sampled per node, nearest hop (the last layer) first, the last
@@ -317,7 +316,7 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = DEFA
                    seed: int | None = 0, samples: int = 1, progress: bool = True, device=None, undirected: bool = True,
                    store: str | None = None, sampled: bool = False, fanouts: Sequence[int] | None = None,
                    sample_batch_size: int | None = None, max_forward_bytes: int = MAX_FORWARD_BYTES,
-                   chunk_edges: int = DEFAULT_CHUNK_EDGES, precision: str = "fp32") -> list:
+                   chunk_edges: int = DEFAULT_CHUNK_EDGES, precision: Precision | str = "fp32") -> list:
     """GPSE encodings of every graph of a dataset, batched.
 
     Parameters
@@ -363,7 +362,7 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = DEFA
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     graphs = list(graphs)
     device = torch.device(device) if device is not None else model_device(model)
-    resolve_precision(precision, device, warn=False)  # fail before any work; encode() warns
+    precision = as_precision(precision, device)  # decided once (a bad name fails before any work), passed down
     dim = bare_encoder(model).dim_hidden
     out: list = [None] * len(graphs)
     bar = _bar(len(graphs), progress)

@@ -8,15 +8,15 @@ nodes; the virtual node of each member graph (``docs/PSE.md``, "Model") is added
 :meth:`~gpse_dgl.nn.gated_conv.ResGatedConv.source_projections` /
 :meth:`~gpse_dgl.nn.gated_conv.ResGatedConv.destination_projections` with
 :func:`~gpse_dgl.nn.ops.gated_sum` (layer-wise on the CPU: the same sum by
-:func:`~gpse_dgl.nn.native.packed_gated_sum`); only the loop over nodes is theirs.
+:func:`~gpse_dgl.kernels.packed_gated_sum`); only the loop over nodes is theirs.
 
 Exact layer-wise inference (:func:`layerwise_forward`)
     Layer ``l`` is computed for every node before layer ``l + 1`` starts, so only the current state
     ``h`` (``N x d``), the sources' query and value (``2 x N x d``) and the destinations of one group of
     rows live at a time, never the 20 layers of activations a plain forward keeps for autograd. On the
     CPU kernel's path the sources are also packed once per layer into a slab of the same size
-    (:func:`~gpse_dgl.nn.native.pack_sources`) and each group of destinations (up to 1 GiB of their
-    buffers) is summed from it block of columns by block (:func:`~gpse_dgl.nn.native.packed_gated_sum`):
+    (:func:`~gpse_dgl.kernels.pack_sources`) and each group of destinations (up to 1 GiB of their
+    buffers) is summed from it block of columns by block (:func:`~gpse_dgl.kernels.packed_gated_sum`):
     for ogbn-arxiv (169,343 nodes, d = 512, float32) about 2.4 GB in all; where that would not fit in the
     memory available, groups of 32,768 rows. Where even those would not fit, and on other devices, the
     destinations are taken in chunks of at most ``chunk_edges`` in-edges, whose gates take
@@ -66,10 +66,10 @@ import torch.distributed as dist
 from .. import _env  # noqa: F401
 import dgl
 
+from .. import kernels
 from ..nn.gated_conv import product_dtype
-from ..nn import native
 from ..nn.gpse import GPSE
-from ..nn.ops import gated_sum, packs_sources
+from ..nn.ops import gated_sum
 from ..utils.distributed import current, shard_range
 from ..utils import memory
 from ..utils.precision import to_accumulation
@@ -205,13 +205,13 @@ def layerwise_forward(encoder: GPSE, g: dgl.DGLGraph, x: torch.Tensor,
         # are read before its residual update writes them, so the cast stays valid for its projections
         h_in = buffers.product_input(h)
         query, value = conv.source_projections(h_in, out=buffers.sources)
-        sources = native.pack_sources(query, value, out=buffers.source_slab) if packed else None
+        sources = kernels.pack_sources(query, value, out=buffers.source_slab) if packed else None
         for group, group_edges in zip(groups, edges):
             start, stop = group[0].start, group[-1].stop
             key, skip = conv.destination_projections(h_in[start:stop], out=buffers.destinations[:stop - start])
             out = buffers.accumulator(skip)  # float32 sum when the products ran in bf16/fp16 (autocast)
             if packed:
-                native.packed_gated_sum(*group_edges, key, sources, out)  # added in place
+                kernels.packed_gated_sum(*group_edges, key, sources, out)  # added in place
             else:
                 for chunk in group:
                     rows = slice(chunk.start - start, chunk.stop - start)
@@ -229,10 +229,10 @@ def _packed_group_rows(x: torch.Tensor, rows: int, dim: int) -> int | None:
     :data:`MAX_CHUNK_NODES`, whichever fits in :data:`MEMORY_FRACTION` of the memory available with the encode's
     other buffers; None (the row kernel's chunks) where neither does, or off the CPU kernel's path."""
     dtype = product_dtype(x)
-    if not packs_sources(x.device, dtype):
+    if not kernels.packs_sources(x.device, dtype):
         return None
     low = dtype != x.dtype
-    slab = math.prod(native.packed_shape(rows, dim, dtype)) * dtype.itemsize
+    slab = math.prod(kernels.packed_shape(rows, dim, dtype)) * dtype.itemsize
     # h, the sources' [query | value], the slab, and under autocast the cast of h
     fixed = rows * dim * (x.dtype.itemsize + 2 * dtype.itemsize + (dtype.itemsize if low else 0)) + slab
     row_bytes = dim * (2 * dtype.itemsize + (x.dtype.itemsize if low else 0))  # [key | skip], the float32 sums
@@ -272,14 +272,14 @@ class _LayerBuffers:
     and zeroed page by page again.
 
     ``sources``: every node's ``[query | value]`` (``N x 2d``, product dtype); ``source_slab``: the same packed
-    with the queries' gate factors (:func:`gpse_dgl.nn.native.pack_sources`); ``destinations``: one group's
+    with the queries' gate factors (:func:`gpse_dgl.kernels.pack_sources`); ``destinations``: one group's
     ``[key | skip]``; under autocast also the states cast for the products and a float32 sum of a group.
     """
 
     def __init__(self, h: torch.Tensor, group_rows: int, packed: bool):
         d, dtype = h.shape[1], product_dtype(h)
         self.sources = memory.empty((h.shape[0], 2 * d), dtype=dtype, device=h.device)
-        self.source_slab = memory.empty(native.packed_shape(h.shape[0], d, dtype), dtype=dtype) if packed else None
+        self.source_slab = memory.empty(kernels.packed_shape(h.shape[0], d, dtype), dtype=dtype) if packed else None
         self.destinations = memory.empty((group_rows, 2 * d), dtype=dtype, device=h.device)
         low = dtype != h.dtype
         self._cast = memory.empty(h.shape, dtype=dtype, device=h.device) if low else None

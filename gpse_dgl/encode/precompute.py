@@ -36,7 +36,7 @@ import dgl
 
 from ..data.cache import (default_cache_dir, fingerprint_of, load_graphs_cached, save_graphs_cached,
                           structure_digest)
-from ..utils.precision import select_precision
+from ..utils.precision import Precision, as_precision
 from .inference import bare_encoder, encode_dataset
 from .loading import resolve_model
 
@@ -70,7 +70,7 @@ def dataset_graphs(dataset) -> list:
     return out
 
 
-def precompute_gpse(dataset, model=None, seed: int = 0, samples: int = 1, precision: str = "fp32",
+def precompute_gpse(dataset, model=None, seed: int = 0, samples: int = 1, precision: Precision | str = "fp32",
                     key: str = "gpse", batch_size: int = 256, device=None, cache=None, name: str | None = None,
                     progress: bool = False, **kwargs):
     """Encode every graph of ``dataset`` in batches and write ``ndata[key]`` into its graphs; return it.
@@ -107,13 +107,13 @@ def precompute_gpse(dataset, model=None, seed: int = 0, samples: int = 1, precis
     >>> graphs[0].ndata["pe"].shape
     torch.Size([2, 4])
     """
-    precision = select_precision(precision, device or "cpu")  # auto keys the cache by what it stands for
+    precision = as_precision(precision, device or "cpu")  # decided once: auto keys the cache by what it stands for
     graphs = dataset_graphs(dataset)
     model = resolve_model(model, device)
     path = fingerprint = None
     if cache:
         path, fingerprint = _cache_location(graphs, model, cache, name or getattr(dataset, "name", None) or "graphs",
-                                            seed=seed, samples=samples, precision=precision,
+                                            seed=seed, samples=samples, precision=precision.name,
                                             options=sorted(kwargs.items()))
         encodings = _read_cache(path, fingerprint, graphs)
         if encodings is not None:

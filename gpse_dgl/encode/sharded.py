@@ -35,6 +35,7 @@ import torch
 import torch.distributed as dist
 
 from ..utils.distributed import DistributedError, current
+from ..utils.precision import Precision
 from .inference import (DEFAULT_BATCH_SIZE, MAX_FORWARD_BYTES, bare_encoder, encode_dataset, encode_large,
                         forward_bytes, model_device)
 from .large_graph import DEFAULT_CHUNK_EDGES
@@ -56,7 +57,8 @@ def encode_dataset_sharded(model, graphs: Sequence, batch_size: int = DEFAULT_BA
                            samples: int = 1, progress: bool = True, device=None, undirected: bool = True,
                            store: str | None = None, sampled: bool = False, fanouts: Sequence[int] | None = None,
                            sample_batch_size: int | None = None, max_forward_bytes: int = MAX_FORWARD_BYTES,
-                           chunk_edges: int = DEFAULT_CHUNK_EDGES, precision: str = "fp32") -> list | None:
+                           chunk_edges: int = DEFAULT_CHUNK_EDGES,
+                           precision: Precision | str = "fp32") -> list | None:
     """:func:`~gpse_dgl.encode.inference.encode_dataset` with the work shared among torchrun's ranks.
 
     Every rank passes the same ``graphs`` and options (those of ``encode_dataset``). Returns the

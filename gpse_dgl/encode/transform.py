@@ -20,7 +20,7 @@ from __future__ import annotations
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 import dgl
 
-from ..utils.precision import select_precision
+from ..utils.precision import Precision, as_precision
 from .inference import bare_encoder, encode
 from .loading import resolve_model
 
@@ -58,9 +58,9 @@ class AddGPSE:
     torch.Size([3, 4])
     """
 
-    def __init__(self, model=None, seed: int = 0, samples: int = 1, precision: str = "fp32", key: str = "gpse",
-                 device=None, **kwargs):
-        self.precision = select_precision(precision, device or "cpu")  # auto: what it stands for here
+    def __init__(self, model=None, seed: int = 0, samples: int = 1, precision: Precision | str = "fp32",
+                 key: str = "gpse", device=None, **kwargs):
+        self.precision = as_precision(precision, device or "cpu")  # decided once: auto is what it stands for here
         self.options = {"seed": seed, "samples": samples, "device": device, "precision": self.precision, **kwargs}
         self.model = resolve_model(model, device)
         self.key = key
@@ -72,5 +72,5 @@ class AddGPSE:
     def __repr__(self) -> str:
         encoder = bare_encoder(self.model)
         return (f"{type(self).__name__}(model={encoder.num_layers}x{encoder.dim_hidden}, "
-                f"seed={self.options['seed']}, samples={self.options['samples']}, precision={self.precision!r}, "
+                f"seed={self.options['seed']}, samples={self.options['samples']}, precision={self.precision.name!r}, "
                 f"key={self.key!r})")

@@ -7,11 +7,11 @@ r"""Dropout whose CPU masks come from a counter-based generator.
 
 torch's CPU dropout draws its Bernoulli mask element by element from one Mersenne Twister on one
 thread (about 10 ns an element): a fifth of a paper-size bf16 training step went there. On the CPU,
-with the compiled kernels of :mod:`gpse_dgl.nn.native`, :func:`dropout` draws one 64-bit seed ``s``
-from torch's default generator and computes every element's draw from ``(s, i)`` alone
-(``nn/csrc/dropout.cpp``), vectorised and split over threads. So ``torch.manual_seed`` and saved
-generator states govern it as they govern torch's dropout, and the mask does not depend on the number
-of threads. Elsewhere (CUDA, other dtypes, no compiler, ``p = 1``) it is ``torch.nn.functional.dropout``.
+on the ``fused-cpu`` path (:mod:`gpse_dgl.kernels.dropout`), :func:`dropout` draws one 64-bit seed ``s``
+from torch's default generator and computes every element's draw from ``(s, i)`` alone, vectorised and
+split over threads. So ``torch.manual_seed`` and saved generator states govern it as they govern torch's
+dropout, and the mask does not depend on the number of threads. Elsewhere (CUDA, other dtypes, no
+compiler, ``p = 1``) it is ``torch.nn.functional.dropout`` (the ``torch`` path).
 The masks differ from torch's for the same seed; their distribution is the same.
 
 Example
@@ -31,15 +31,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import native
+from .. import kernels
 
-__all__ = ["Dropout", "draw_seed", "dropout"]
-
-
-def draw_seed() -> int:
-    """A mask's 64-bit seed, from torch's CPU generator: ``torch.manual_seed`` and saved generator states
-    govern it as they govern torch's dropout."""
-    return int(torch.empty((), dtype=torch.int64, device="cpu").random_())
+__all__ = ["Dropout", "dropout"]
 
 
 def dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> torch.Tensor:
@@ -48,11 +42,9 @@ def dropout(x: torch.Tensor, p: float = 0.5, training: bool = True, inplace: boo
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return x
-    if not (p < 1.0 and x.device.type == "cpu" and x.dtype in (torch.float32, torch.bfloat16)
-            and native.kernel() is not None):
+    noise = kernels.run("dropout_noise", x, p, autograd=True)
+    if noise is None:
         return F.dropout(x, p, training, inplace)
-    noise = torch.empty(x.shape, dtype=x.dtype, device="cpu")
-    native.kernel().dropout_noise(draw_seed(), float(p), noise)
     return x.mul_(noise) if inplace else x * noise
 
 

@@ -29,9 +29,9 @@ import torch.nn.functional as F
 from .. import _env  # noqa: F401
 import dgl
 
+from .. import kernels
 from ..utils.precision import to_accumulation
 from .batch_norm import BatchNorm1d
-from . import gpu_kernels
 from .dropout import Dropout
 from .gated_conv import ResGatedConv, product_dtype
 from .heads import GPSE_POOLINGS, GPSEHeads
@@ -237,10 +237,10 @@ class GPSE(nn.Module):
         if _wants_grad(self, h, conv_out):
             return normalized_residual(h, norm(conv_out), self.dropout.p, self.dropout.training)
         dropout_off = not self.dropout.training or self.dropout.p == 0
-        if dropout_off and gpu_kernels.supports_residual_update(h, conv_out, norm):
-            updated = gpu_kernels.residual_update_(h, conv_out, norm)  # one kernel on CUDA
-            if updated is not None:  # None: the kernel could not run, h is unchanged
-                return updated
+        # one kernel on CUDA (triton); None: no kernel took it or it could not run, h is unchanged
+        updated = kernels.run("residual_update_", h, conv_out, norm) if dropout_off else None
+        if updated is not None:
+            return updated
         return normalized_residual_(h, _batch_norm_(conv_out, norm), self.dropout.p, self.dropout.training)
 
     def output_stage(self, h: torch.Tensor) -> torch.Tensor:

@@ -1,15 +1,17 @@
-"""Message-passing primitives with two interchangeable backends.
+"""Message-passing primitives, on DGL's kernels or on gpse-dgl's own.
 
-``"dgl"``   DGL's fused sparse kernels (``dgl.ops``). The registry's DGL wheels are CPU-only, so this
-            backend needs the graph and the tensors on a device DGL was built for.
-``"torch"`` Plain ``torch`` gather / ``index_add_`` over the edge list. Runs wherever torch runs
-            (CUDA with a CPU-only DGL, MPS, ...).
+``backend="dgl"``   the ``dgl`` path: DGL's fused sparse kernels (``dgl.ops``). The registry's DGL wheels are
+                    CPU-only, so this needs the graph and the tensors on a device DGL was built for.
+``backend="torch"`` gpse-dgl's own: for :func:`gated_sum`, the ``fused-cpu`` or ``triton`` kernel where one
+                    takes the operands (:mod:`gpse_dgl.kernels` picks), else, as for every other op, the
+                    ``torch`` path: plain ``torch`` gather / ``index_add_`` over the edge list, which runs
+                    wherever torch runs (CUDA with a CPU-only DGL, MPS, ...).
 
-``"auto"`` (the default) picks ``"dgl"`` when DGL can run on the tensors' device and ``"torch"``
-otherwise (one exception: :func:`gated_sum`, whose fused torch path is faster and leaner, picks
-``"torch"``). Override per call (``backend=``), per module (constructor argument) or process-wide with
-the ``GPSE_DGL_BACKEND`` environment variable. The two backends are tested against each other
-(values and gradients) in ``tests/test_ops.py``.
+``"auto"`` (the default) is ``"dgl"`` where DGL can run on the tensors' device and ``"torch"`` otherwise,
+except for :func:`gated_sum`, where ``"torch"`` is faster and leaner (:func:`gpse_dgl.kernels.resolve_backend`).
+Override per call (``backend=``), per module (constructor argument) or process-wide with the
+``GPSE_DGL_BACKEND`` environment variable; ``gpse-dgl info`` and ``metrics.json`` name the path each op takes.
+The paths are tested against each other (values and gradients) in ``tests/test_ops.py``.
 
 All functions take a ``DGLGraph`` (which may stay on the CPU) and tensors on any device; the edge
 index is copied to the tensors' device once and cached on the graph object.
@@ -32,43 +34,19 @@ torch.Size([3, 4])
 """
 from __future__ import annotations
 
-import functools
-import os
-
 import torch
 
 from .. import _env  # noqa: F401
 import dgl
 from dgl.nn.functional import edge_softmax as _edge_softmax
 
+from .. import kernels
+from ..kernels import BACKENDS, dgl_supports, resolve_backend
 from ..utils.precision import accumulation_dtype, to_accumulation
-from . import gpu_kernels, native
-from . import relu_sum as relu_sum_kernel
 
-BACKENDS = ("auto", "dgl", "torch")
-
-
-@functools.lru_cache(maxsize=None)
-def dgl_supports(device_type: str) -> bool:
-    """Whether the installed DGL can run its kernels on ``device_type`` (``"cpu"``, ``"cuda"``, ...)."""
-    if device_type == "cpu":
-        return True
-    try:
-        g = dgl.graph(([0], [0])).to(torch.device(device_type))
-        dgl.ops.copy_u_sum(g, torch.ones(1, 1, device=device_type))
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "not supported"
-        return False
-
-
-def resolve_backend(backend: str | None, device: torch.device) -> str:
-    """Turn ``None``/``"auto"`` into a concrete backend for tensors on ``device``."""
-    backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown message-passing backend {backend!r}; choose one of {BACKENDS}")
-    if backend == "auto":
-        return "dgl" if dgl_supports(torch.device(device).type) else "torch"
-    return backend
+__all__ = ["BACKENDS", "copy_e_sum", "copy_u_mean", "copy_u_sum", "dgl_supports", "edge_index", "edge_softmax",
+           "gated_sum", "in_degrees", "relu_sum", "out_degrees", "readout", "resolve_backend", "segment_ids", "segment_reduce",
+           "u_add_v", "u_mul_e_sum"]
 
 
 def edge_index(graph: dgl.DGLGraph, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -177,7 +155,7 @@ def relu_sum(graph, src_feat, edge_feat, backend=None):
     """``out[v] = sum_{e = (u, v)} relu(src_feat[u] + edge_feat[e])``: GINE's aggregation (float32 for bf16/fp16).
 
     ``"torch"`` On the CPU with float32 or bfloat16 rows of one width: the fused C++ kernel of
-                :mod:`gpse_dgl.nn.relu_sum` (no ``(E, d)`` message tensor, forward or backward), when it
+                :mod:`gpse_dgl.kernels.relu_sum` (no ``(E, d)`` message tensor, forward or backward), when it
                 could be built; otherwise gather, add, ReLU and ``index_add_`` (whose backward is a gather).
     ``"dgl"``   the same messages summed by DGL's ``copy_e_sum``.
 
@@ -186,10 +164,12 @@ def relu_sum(graph, src_feat, edge_feat, backend=None):
     gradient per edge either way). Messages are added in float32 in the kernel and in the inputs' promoted
     dtype on the unfused paths; every sum is float32.
     """
-    backend = _gated_sum_backend(backend, src_feat.device)
-    dtype = torch.promote_types(src_feat.dtype, edge_feat.dtype)
-    if backend == "torch" and relu_sum_kernel.supports(src_feat.to(dtype), edge_feat.to(dtype)):
-        return relu_sum_kernel.relu_sum(graph, src_feat.to(dtype), edge_feat.to(dtype))
+    backend = resolve_backend(backend, src_feat.device, "relu_sum")
+    if backend == "torch":
+        dtype = torch.promote_types(src_feat.dtype, edge_feat.dtype)
+        summed = kernels.run("relu_sum", graph, src_feat.to(dtype), edge_feat.to(dtype), autograd=True)
+        if summed is not None:
+            return summed
     messages = torch.relu(copy_u(graph, src_feat) + edge_feat)
     if backend == "dgl":
         return copy_e_sum(graph, messages, backend="dgl")
@@ -365,20 +345,6 @@ def _contiguous_rows(t: torch.Tensor) -> torch.Tensor:
     return t if t.stride(-1) == 1 else t.contiguous()
 
 
-def _gated_sum_backend(backend, device) -> str:
-    """The backend :func:`gated_sum` runs for ``backend`` (``"auto"`` is ``"torch"`` there)."""
-    backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
-    return "torch" if backend == "auto" else resolve_backend(backend, device)
-
-
-def packs_sources(device: torch.device, dtype: torch.dtype) -> bool:
-    """Whether :func:`gated_sum` without autograd runs the compiled CPU kernel for rows of ``dtype`` on ``device``,
-    so that a caller summing many destinations with the same sources (layer-wise inference) can pack them once
-    and sum by column blocks instead (:func:`gpse_dgl.nn.native.pack_sources`): the same sums."""
-    return (torch.device(device).type == "cpu" and dtype in (torch.float32, torch.bfloat16)
-            and _gated_sum_backend(None, torch.device(device)) == "torch" and native.kernel() is not None)
-
-
 def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=None, out=None):
     """``out[v] (+)= sum_{e = (u, v)} sigmoid(dst_gate[v] + src_gate[u]) * src_feat[u]``.
 
@@ -387,14 +353,13 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
 
     ``"dgl"``   ``u_mul_e_sum(graph, src_feat, sigmoid(u_add_v(graph, src_gate, dst_gate)))`` with DGL's
                 kernels; the ``(E, d)`` gate is materialised (and kept for backward).
-    ``"torch"`` On the CPU with float32 or bfloat16 rows: the fused C++ kernel of
-                :mod:`gpse_dgl.nn.native` (one pass over the in-edges of each node, no ``(E, d)`` tensor
-                at all), when it could be built. On CUDA without autograd: the Triton kernel of
-                :mod:`gpse_dgl.nn.gpu_kernels` (likewise), when Triton is there. Otherwise a fused torch implementation: edges sorted
-                by destination and processed in chunks of ``chunk_edges`` (default on the CPU: about
-                1 MiB of edge features, so each chunk stays in cache; elsewhere one chunk), with a
-                custom backward that recomputes the gates. Neither keeps an ``(E, d)`` tensor, so
-                training memory is O(N d) per layer.
+    ``"torch"`` The kernel :mod:`gpse_dgl.kernels` picks: ``fused-cpu`` on the CPU with float32 or bfloat16
+                rows (one pass over the in-edges of each node, no ``(E, d)`` tensor at all), ``triton`` on
+                CUDA without autograd, where each can run. Otherwise the ``torch`` path: edges sorted by
+                destination and processed in chunks of ``chunk_edges`` (default on the CPU: about 1 MiB of
+                edge features, so each chunk stays in cache; elsewhere one chunk), with a custom backward
+                that recomputes the gates. None keeps an ``(E, d)`` tensor, so training memory is O(N d)
+                per layer.
 
     ``None``/``"auto"`` picks ``"torch"`` for this op, unlike the other ops: on the CPU it is faster
     than DGL's kernels for inference and training (and leaner); ``GPSE_DGL_BACKEND`` or an explicit
@@ -409,41 +374,42 @@ def gated_sum(graph, dst_gate, src_gate, src_feat, backend=None, chunk_edges=Non
     ``sigmoid`` gate needs no epsilon (unlike normalised gated aggregations such as graphium's
     GatedGCN, whose ``1e-6`` had to grow for fp16): nothing is divided.
     """
-    backend = _gated_sum_backend(backend, src_feat.device)
+    backend = resolve_backend(backend, src_feat.device, "gated_sum")
     needs_grad = torch.is_grad_enabled() and (
         dst_gate.requires_grad or src_gate.requires_grad or src_feat.requires_grad
         or (out is not None and out.requires_grad))
     if out is not None:
         out = to_accumulation(out)
-    if backend == "torch" and not needs_grad and gpu_kernels.supports(dst_gate, src_gate, src_feat):
-        dst_gate, src_gate, src_feat = (_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat))
-        summed = gpu_kernels.gated_sum(graph, dst_gate, src_gate, src_feat, out=out)
-        if summed is not None:  # None: the kernel could not run, nothing was added (the torch ops follow)
-            return summed
-    if backend == "torch" and native.supports(dst_gate, src_gate, src_feat):
-        dst_gate, src_gate, src_feat = (_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat))
-        if not needs_grad:
-            return native.native_gated_sum(graph, dst_gate, src_gate, src_feat, out=out)
-        agg = native.native_gated_sum(graph, dst_gate, src_gate, src_feat)
-    elif backend == "dgl":
+    if backend == "dgl":
         # float32 gates for bf16/fp16 inputs (converted at the DGL boundary)
         gate = _dgl_kernel(dgl.ops.u_add_v, graph, src_gate, dst_gate).sigmoid_()
         agg = u_mul_e_sum(graph, src_feat, gate, backend="dgl")
     else:
-        if chunk_edges is None:
-            row_bytes = max(1, src_feat[0:1].numel() * src_feat.element_size())
-            chunk_edges = max(64, _GATED_CHUNK_BYTES // row_bytes) if src_feat.device.type == "cpu" else 0
-        chunks = _dst_chunks(graph, src_feat.device, int(chunk_edges) or max(1, graph.num_edges()))
-        dst_gate, src_gate, src_feat = (_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat))
+        rows = [_contiguous_rows(t) for t in (dst_gate, src_gate, src_feat)]
+        # a kernel adds into out in place without autograd; with autograd it returns the sum alone
+        agg = kernels.run("gated_sum", graph, *rows, autograd=needs_grad, out=None if needs_grad else out)
+        if agg is None:
+            return _torch_gated_sum(graph, *rows, chunk_edges, out, needs_grad)
         if not needs_grad:
-            if out is not None and out.is_contiguous():
-                return _gated_forward(chunks, dst_gate, src_gate, src_feat, out)
-            # index_add_ into rows a stride apart (a column block of a wider projection) runs several times
-            # slower than into contiguous rows: sum into a fresh tensor, then add
-            agg = _gated_forward(chunks, dst_gate, src_gate, src_feat, src_feat.new_zeros(
-                (graph.num_dst_nodes(),) + src_feat.shape[1:], dtype=accumulation_dtype(src_feat.dtype)))
-            return agg if out is None else out.add_(agg)
-        agg = _GatedSum.apply(dst_gate, src_gate, src_feat, chunks, graph.num_dst_nodes())
+            return agg
     if out is None:
         return agg
     return out + agg if needs_grad else out.add_(agg)
+
+
+def _torch_gated_sum(graph, dst_gate, src_gate, src_feat, chunk_edges, out, needs_grad):
+    """The ``torch`` path of :func:`gated_sum` (rows with unit column stride; ``out`` float32 or None)."""
+    if chunk_edges is None:
+        row_bytes = max(1, src_feat[0:1].numel() * src_feat.element_size())
+        chunk_edges = max(64, _GATED_CHUNK_BYTES // row_bytes) if src_feat.device.type == "cpu" else 0
+    chunks = _dst_chunks(graph, src_feat.device, int(chunk_edges) or max(1, graph.num_edges()))
+    if needs_grad:
+        agg = _GatedSum.apply(dst_gate, src_gate, src_feat, chunks, graph.num_dst_nodes())
+        return agg if out is None else out + agg
+    if out is not None and out.is_contiguous():
+        return _gated_forward(chunks, dst_gate, src_gate, src_feat, out)
+    # index_add_ into rows a stride apart (a column block of a wider projection) runs several times
+    # slower than into contiguous rows: sum into a fresh tensor, then add
+    agg = _gated_forward(chunks, dst_gate, src_gate, src_feat, src_feat.new_zeros(
+        (graph.num_dst_nodes(),) + src_feat.shape[1:], dtype=accumulation_dtype(src_feat.dtype)))
+    return agg if out is None else out.add_(agg)

@@ -13,7 +13,6 @@ The two pipelines do not import each other (``tests/test_layering.py``); what bo
 * :mod:`.metrics` - R^2 per target column, per PSE and overall (the paper's metric), downstream scores.
 * :mod:`.mixed_precision` - a loop's autocast and optimiser step in fp32 / bf16 / fp16.
 * :mod:`.distributed` - data parallelism under torchrun (batch shares, DDP, the global-batch loss).
-* :mod:`.checkpoint` - :mod:`gpse_dgl.utils.checkpoint` under the name the loops' users know.
 
 Submodules are imported on demand (``from gpse_dgl.train.pretraining import pretrain``), so importing
 this package stays cheap.

@@ -235,45 +235,36 @@ def accuracy(y_true, y_pred) -> float:
 def roc_auc(y_true, y_score) -> float:
     """ROC-AUC averaged over the tasks (columns) that have both classes; NaN labels ignored.
 
-    Per task the AUC is the Mann-Whitney statistic with tied scores counted as 1/2, which equals
-    ``sklearn.metrics.roc_auc_score``.
+    Each task's is ``sklearn.metrics.roc_auc_score`` (the Mann-Whitney statistic, tied scores counting 1/2),
+    as in OGB's evaluators.
     """
-    from scipy.stats import rankdata  # scipy.stats: a heavy import, needed for AUROC only
+    from sklearn.metrics import roc_auc_score  # scikit-learn (installed with ogb): heavy, for these metrics only
 
-    true, score = _numpy_2d(y_true), _numpy_2d(y_score)
-    scores = []
-    for column in range(true.shape[1]):
-        keep = ~np.isnan(true[:, column])
-        labels, values = true[keep, column] > 0.5, score[keep, column]
-        positives, negatives = int(labels.sum()), int((~labels).sum())
-        if positives == 0 or negatives == 0:
-            continue
-        ranks = rankdata(values)  # average ranks: ties count 1/2
-        scores.append((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
-    return float(np.mean(scores)) if scores else math.nan
+    return _mean_over_tasks(roc_auc_score, y_true, y_score)
 
 
 def average_precision(y_true, y_score) -> float:
     """Average precision averaged over the tasks that have both classes; NaN labels ignored.
 
-    Per task ``AP = sum_k (R_k - R_{k-1}) P_k`` over the distinct score thresholds in decreasing
-    order, which equals ``sklearn.metrics.average_precision_score`` (OGB's and LRGB's ``ap``).
+    Each task's is ``sklearn.metrics.average_precision_score``, ``AP = sum_k (R_k - R_{k-1}) P_k`` over the
+    distinct score thresholds (OGB's and LRGB's ``ap``).
     """
+    from sklearn.metrics import average_precision_score  # scikit-learn: heavy, for these metrics only
+
+    return _mean_over_tasks(average_precision_score, y_true, y_score)
+
+
+def _mean_over_tasks(metric, y_true, y_score) -> float:
+    """The mean of ``metric(labels, scores)`` over the columns with both classes among their labelled rows (a
+    task with one class in a split has no score, as in OGB's evaluators); NaN when no column has one."""
     true, score = _numpy_2d(y_true), _numpy_2d(y_score)
     scores = []
     for column in range(true.shape[1]):
         keep = ~np.isnan(true[:, column])
-        labels, values = true[keep, column] > 0.5, score[keep, column]
+        labels = true[keep, column] > 0.5
         if labels.all() or not labels.any():
             continue
-        order = np.argsort(-values, kind="mergesort")
-        labels, values = labels[order], values[order]
-        # the last position of every run of equal scores is one threshold
-        last = np.r_[np.flatnonzero(np.diff(values)), len(values) - 1]
-        true_positives = np.cumsum(labels)[last]
-        precision = true_positives / (last + 1)
-        recall = true_positives / true_positives[-1]
-        scores.append(float(np.sum(np.diff(recall, prepend=0.0) * precision)))
+        scores.append(float(metric(labels, score[keep, column])))
     return float(np.mean(scores)) if scores else math.nan
 
 

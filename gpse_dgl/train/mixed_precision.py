@@ -1,8 +1,9 @@
 """A training loop's precision: autocast for the forward pass, scaled backward for fp16, fp32 state.
 
-The recipe key ``general_pipeline.precision`` (``fp32`` | ``bf16`` | ``fp16``) of ``gpse-dgl pretrain``
-and ``gpse-dgl train`` becomes one :class:`MixedPrecision`. The loop runs its forward pass and loss in
-:meth:`MixedPrecision.autocast` and replaces ``loss.backward(); clip; optimizer.step()`` by
+The recipe key ``general_pipeline.precision`` (``fp32`` | ``bf16`` | ``fp16`` | ``auto``) of ``gpse-dgl
+pretrain`` and ``gpse-dgl train`` is decided once by the run's entry point
+(:func:`~gpse_dgl.utils.precision.decide_precision`) and becomes one :class:`MixedPrecision`. The loop runs
+its forward pass and loss in :meth:`MixedPrecision.autocast` and replaces ``loss.backward(); clip; optimizer.step()`` by
 :meth:`MixedPrecision.backward_and_step`. Parameters, gradients, optimiser state and checkpoints stay
 float32 (autocast casts copies of the weights for each product). fp16 (CUDA only) scales the loss
 so that small gradients do not flush to zero (``torch.amp.GradScaler``); bf16 has fp32's exponent range
@@ -12,9 +13,10 @@ Example
 -------
 >>> import torch
 >>> from gpse_dgl.train.mixed_precision import MixedPrecision
+>>> from gpse_dgl.utils.precision import decide_precision
 >>> model = torch.nn.Linear(4, 1)
 >>> optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
->>> mixed = MixedPrecision("fp32", "cpu")
+>>> mixed = MixedPrecision(decide_precision("fp32", "cpu"))
 >>> with mixed.autocast():
 ...     loss = model(torch.ones(2, 4)).pow(2).mean()
 >>> mixed.backward_and_step(loss, optimizer, model.parameters(), clip_grad_norm=1.0)
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from ..utils.precision import autocast, grad_scaler, resolve_precision, select_precision
+from ..utils.precision import Precision
 
 __all__ = ["MixedPrecision", "PRECISION_HELP"]
 
@@ -36,21 +38,16 @@ PRECISION_HELP = ("fp32, or mixed bf16 (native on CPUs with avx512_bf16/AMX and 
 
 
 class MixedPrecision:
-    """Autocast region and optimiser step of one training run in ``precision`` on ``device``.
+    """Autocast region and optimiser step of one training run in a decided ``precision`` (on its device)."""
 
-    Raises :class:`~gpse_dgl.utils.precision.PrecisionError` for an unknown precision or fp16 off CUDA
-    (and warns when bf16 is not native on the device).
-    """
-
-    def __init__(self, precision: str, device):
-        self.device = torch.device(device)
-        self.dtype = resolve_precision(precision, self.device)
-        self.precision = select_precision(precision, self.device)  # auto -> the concrete name
-        self.scaler = grad_scaler(precision, self.device)
+    def __init__(self, precision: Precision):
+        self.precision = precision
+        self.device = precision.device
+        self.scaler = precision.grad_scaler()
 
     def autocast(self):
         """The context to run the forward pass and the loss in (a no-op for fp32)."""
-        return autocast(self.precision, self.device)
+        return self.precision.autocast()
 
     def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer, parameters,
                           clip_grad_norm: float | None = None, foreach: bool | None = None) -> None:

@@ -20,9 +20,10 @@ from tqdm.auto import tqdm
 from .. import __version__ as gpse_version, _env  # noqa: F401  (_env before dgl)
 import dgl
 
-from ..nn import native
+from .. import kernels
 from ..utils import devices
 from ..utils.io import atomic_write_text
+from ..utils.precision import Precision
 from ..utils.progress import progress
 from ..utils.text import first_line
 
@@ -102,18 +103,19 @@ def torch_threads(num_threads: int | None, log=None):
         torch.set_num_threads(previous)
 
 
-def run_environment(ctx, device, precision: str, requested_threads: int | None) -> dict:
-    """How a run ran, for ``metrics.json`` / ``results.json``: processes, backend, device, precision,
-    threads, the CPU and the versions of what computed it."""
+def run_environment(ctx, device, precision: Precision, requested_threads: int | None) -> dict:
+    """How a run ran, for ``metrics.json`` / ``results.json``: processes, backend, device, precision (as
+    decided: name, dtype, autocast, why), threads, the CPU, each op's kernel path and the versions of what
+    computed it."""
     device = torch.device(device)
     record = {"world_size": ctx.world_size, "backend": ctx.backend, "local_processes": local_processes(),
-              "device": str(device), "precision": precision, "threads": torch.get_num_threads(),
+              "device": str(device), "precision": precision.record(), "threads": torch.get_num_threads(),
               "threads_requested": requested_threads, "cpu_cores": machine_cores(), "cpu_model": cpu_model(),
               "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     if device.type == "cuda":
         record["device_name"] = torch.cuda.get_device_name(device)
-    else:
-        record["gated_sum"] = native.describe()  # the compiled kernels or torch ops (gpse_dgl.nn.native)
+    # the path each op took (dgl, fused-cpu, triton, torch) and the state of the device's kernels
+    record["kernels"] = {"paths": kernels.paths(device), "state": kernels.describe(device)}
     record["versions"] = {"gpse_dgl": gpse_version, "python": platform.python_version(),
                           "torch": torch.__version__, "dgl": dgl.__version__, "numpy": np.__version__,
                           "scipy": scipy.__version__}

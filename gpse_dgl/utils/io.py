@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -40,8 +41,11 @@ from typing import Iterator
 from .. import _env  # noqa: F401
 import dgl
 
-__all__ = ["TEMP_SUFFIX", "atomic_path", "atomic_write_text", "atomic_write_bytes", "save_graphs_atomic",
-           "remove_stale_temps", "file_mode"]
+from .errors import GPSEError
+from .lock import RunLock
+
+__all__ = ["TEMP_SUFFIX", "atomic_path", "atomic_directory", "check_replaceable", "atomic_write_text",
+           "atomic_write_bytes", "save_graphs_atomic", "remove_stale_temps", "file_mode"]
 
 TEMP_SUFFIX = ".gpse-tmp"
 
@@ -100,7 +104,10 @@ def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
         if not pid_text.isdigit() or _pid_alive(int(pid_text)):
             continue
         with contextlib.suppress(OSError):
-            candidate.unlink()
+            if candidate.is_dir() and not candidate.is_symlink():  # an atomic_directory's
+                shutil.rmtree(candidate)
+            else:
+                candidate.unlink()
             removed.append(candidate)
     return removed
 
@@ -162,6 +169,49 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     finally:
         with _LIVE_LOCK:
             _LIVE.discard(str(tmp))
+
+
+def check_replaceable(path: str | os.PathLike, overwrite: bool, option: str = "--out") -> None:
+    """One-line error unless ``path`` is missing, an empty directory, or a directory and ``overwrite``
+    (a check a command makes before its work; :func:`atomic_directory` makes it again)."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise GPSEError(f"{option} {path}: is a file, expected a directory")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise GPSEError(f"{option} {path} already exists and is not empty; pass --overwrite to replace it")
+
+
+@contextlib.contextmanager
+def atomic_directory(path: str | os.PathLike, overwrite: bool = False, option: str = "--out") -> Iterator[Path]:
+    """Yield a new temporary directory next to ``path``; when the block succeeds it becomes ``path``.
+
+    A ``path`` that exists and is not empty is refused (one line naming ``option``) unless ``overwrite``;
+    then the old directory stays until the new one is complete, is moved aside in one rename and removed
+    after the new one is renamed in, so no file of the old one (a stale ``part3/``) survives in the new.
+    One writer at a time: a second gets :class:`~gpse_dgl.utils.lock.RunLockedError` at once. On an
+    error the temporary directory is removed and ``path`` is left as it was; one left by a killed
+    process is removed by the next write (:func:`remove_stale_temps`).
+    """
+    path = Path(path)
+    check_replaceable(path, overwrite, option)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with RunLock(path.parent, name=f".{path.name}.lock", label=f"{option} {path}"):
+        check_replaceable(path, overwrite, option)  # again under the lock: another writer may have finished
+        remove_stale_temps(path)
+        tmp = _temp_for(path)
+        tmp.mkdir()
+        try:
+            yield tmp
+            old = _temp_for(path) if path.exists() else None
+            if old is not None:
+                os.replace(path, old)
+            os.replace(tmp, path)
+            _sync_directory(path.parent)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:

@@ -40,9 +40,10 @@ class RunLockedError(GPSEError):
 class RunLock:
     """Exclusive, non-blocking lock of a run directory (created if missing); a context manager."""
 
-    def __init__(self, directory: str | os.PathLike):
+    def __init__(self, directory: str | os.PathLike, name: str = LOCK_NAME, label: str | None = None):
         self.directory = Path(directory)
-        self.path = self.directory / LOCK_NAME
+        self.path = self.directory / name
+        self.label = label or str(self.directory)  # what the error names
         self._fd: int | None = None
 
     def acquire(self) -> "RunLock":
@@ -53,7 +54,7 @@ class RunLock:
         except BlockingIOError:
             holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
-            raise RunLockedError(f"{self.directory} is in use by another gpse-dgl process (pid {holder}); "
+            raise RunLockedError(f"{self.label} is in use by another gpse-dgl process (pid {holder}); "
                                  f"wait for it to finish or choose another --out") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode("ascii"), 0)

@@ -1,12 +1,14 @@
 """Numeric precision of a run: ``fp32`` (the reference), or mixed ``bf16`` / ``fp16`` through autocast.
 
 Precision is an option of the drivers (encoding, pretraining and downstream loops), never a property of
-the model classes: a driver validates the name for its device (:func:`resolve_precision`) and runs the
-forward pass inside :func:`autocast`. Under autocast the dense products (linear layers, attention) run
-in the low precision while the model code keeps its accumulations in float32 where they are
-(:func:`accumulation_dtype`): scatter sums, pooling, normalisation, the residual stream, losses.
+the model classes. It is decided once, at the entry point that reads the recipe or the flag
+(:func:`decide_precision`): one :class:`Precision` (what runs, its dtype, the device, whether autocast is on,
+and why) that is passed down, recorded once in ``metrics.json`` (:meth:`Precision.record`) and read, never
+parsed again, below; the forward pass runs inside :meth:`Precision.autocast`. Under autocast the dense
+products (linear layers, attention) run in the low precision while the model code keeps its accumulations
+in float32 where they are (:func:`accumulation_dtype`): scatter sums, pooling, normalisation, the residual stream, losses.
 Parameters, optimiser state and checkpoints stay float32; fp16 training needs a gradient scaler
-(:func:`grad_scaler`), bf16 does not.
+(:meth:`Precision.grad_scaler`), bf16 does not.
 
 ``auto`` picks :func:`suggested_precision` for the device (:func:`select_precision`): bf16 where it is
 native, else fp32, so one recipe runs fast on a bf16 machine and exactly on the others.
@@ -18,11 +20,12 @@ it runs, with a warning, several times slower than fp32.
 Example
 -------
 >>> import torch
->>> from gpse_dgl.utils.precision import autocast, resolve_precision
->>> resolve_precision("fp32", "cpu")
-torch.float32
+>>> from gpse_dgl.utils.precision import decide_precision
+>>> precision = decide_precision("fp32", "cpu")
+>>> precision.name, precision.dtype, precision.why
+('fp32', torch.float32, 'asked for')
 >>> lin = torch.nn.Linear(4, 2)
->>> with autocast("fp32", "cpu"):
+>>> with precision.autocast():
 ...     lin(torch.ones(3, 4)).dtype
 torch.float32
 """
@@ -31,15 +34,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
+from dataclasses import dataclass
 
 import torch
 
 from .errors import GPSEError
 from .row_buckets import RowBuckets
 
-__all__ = ["PRECISIONS", "PRECISION_CHOICES", "PrecisionError", "select_precision", "resolve_precision", "autocast",
-           "native_support",
-           "suggested_precision", "accumulation_dtype", "to_accumulation", "product_input", "grad_scaler"]
+__all__ = ["PRECISIONS", "PRECISION_CHOICES", "Precision", "PrecisionError", "as_precision", "decide_precision",
+           "select_precision", "autocast", "native_support", "suggested_precision", "accumulation_dtype",
+           "to_accumulation", "product_input"]
 
 PRECISIONS = ("fp32", "bf16", "fp16")
 PRECISION_CHOICES = PRECISIONS + ("auto",)  # what users may write: auto = the device's suggestion
@@ -108,36 +112,86 @@ def select_precision(precision: str, device) -> str:
     return precision
 
 
-def resolve_precision(precision: str, device, warn: bool = True) -> torch.dtype:
-    """Validate ``precision`` for ``device`` and return its torch dtype (``auto`` as in :func:`select_precision`).
+@dataclass(frozen=True)
+class Precision:
+    """A run's precision, decided once (:func:`decide_precision`) and passed down: ``name`` runs (``fp32``,
+    ``bf16`` or ``fp16``) on ``device`` because of ``why``; ``requested`` is what the recipe or flag said."""
 
-    Unknown names and fp16 on a CPU raise :class:`PrecisionError`; bf16 where it is not native warns
-    (once per call) that it will be slow.
+    name: str
+    device: torch.device
+    requested: str
+    why: str
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the dense products (float32 for fp32)."""
+        return _DTYPES[self.name]
+
+    @property
+    def autocast_enabled(self) -> bool:
+        """Whether the forward pass runs under autocast (every precision but fp32)."""
+        return self.name != "fp32"
+
+    def autocast(self, device=None):
+        """The context of the forward pass on ``device`` (default: the device decided for; a no-op for fp32).
+
+        On the CPU it also pads the rows of linear layers to a few bucket sizes
+        (:class:`~gpse_dgl.utils.row_buckets.RowBuckets`): the CPU's low-precision kernels are compiled per
+        shape, and graph batches would otherwise bring a new shape at every step.
+        """
+        if not self.autocast_enabled:
+            return contextlib.nullcontext()
+        device = torch.device(device) if device is not None else self.device
+        if device.type != "cpu":
+            return torch.autocast(device_type=device.type, dtype=self.dtype)
+        return _cpu_autocast(self.dtype)
+
+    def grad_scaler(self) -> torch.amp.GradScaler:
+        """A gradient scaler, enabled only for fp16 (bf16 and fp32 have fp32's exponent range)."""
+        return torch.amp.GradScaler(self.device.type, enabled=self.name == "fp16")
+
+    def record(self) -> dict:
+        """What ``metrics.json`` keeps of it (``environment.precision``)."""
+        return {"name": self.name, "requested": self.requested, "dtype": str(self.dtype).removeprefix("torch."),
+                "device": str(self.device), "autocast": self.autocast_enabled, "why": self.why}
+
+
+def decide_precision(requested: str, device, warn: bool = True) -> Precision:
+    """The one place a precision's name is read: ``requested`` (``fp32``, ``bf16``, ``fp16`` or ``auto``) for
+    ``device``. Unknown names and fp16 off CUDA raise :class:`PrecisionError`; bf16 where it is not native warns
+    that it will be slow.
+
+    >>> decide_precision("auto", "cpu").why.startswith("auto: bf16 is")
+    True
     """
-    precision = select_precision(precision, device)
     device = torch.device(device)
-    if precision == "fp16" and device.type != "cuda":
+    name = select_precision(requested, device)
+    if name == "fp16" and device.type != "cuda":
         raise PrecisionError(f"fp16 needs a CUDA GPU ({device.type} has no fast fp16 path); use bf16 or fp32")
-    if precision == "bf16" and warn and not native_support(device)["bf16"]:
+    native = native_support(device)["bf16"]
+    if name == "bf16" and warn and not native:
         warnings.warn(f"bf16 is not native on this {device.type} (no avx512_bf16/AMX or bf16 GPU): it runs "
                       f"emulated, slower than fp32", RuntimeWarning, stacklevel=2)
-    return _DTYPES[precision]
+    if requested == "auto":
+        why = f"auto: bf16 {'is' if native else 'is not'} native on this {device.type}"
+    else:
+        why = "asked for" if name != "bf16" or native else "asked for; emulated on this device, slow"
+    return Precision(name, device, requested, why)
 
 
-def autocast(precision: str, device):
-    """A context where dense products run in ``precision`` on ``device`` (a no-op for fp32).
+def as_precision(precision: Precision | str, device, warn: bool = True) -> Precision:
+    """``precision`` itself when it is already decided, else :func:`decide_precision` of the name: for the
+    library's public functions, which take a name from Python callers and a decided precision from the entry
+    points and from each other."""
+    if isinstance(precision, Precision):
+        return precision
+    return decide_precision(precision, device, warn=warn)
 
-    On the CPU it also pads the rows of linear layers to a few bucket sizes
-    (:class:`~gpse_dgl.utils.row_buckets.RowBuckets`): the CPU's low-precision kernels are compiled per
-    shape, and graph batches would otherwise bring a new shape at every step.
-    """
-    precision = select_precision(precision, device)
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    device = torch.device(device)
-    if device.type != "cpu":
-        return torch.autocast(device_type=device.type, dtype=_DTYPES[precision])
-    return _cpu_autocast(_DTYPES[precision])
+
+def autocast(precision: Precision | str, device):
+    """:meth:`Precision.autocast` on ``device``, of a precision or of a name (decided here without the bf16
+    warning): for scripts and tests; the package's drivers pass a decided :class:`Precision` down."""
+    return as_precision(precision, device, warn=False).autocast(device)
 
 
 @contextlib.contextmanager
@@ -166,9 +220,3 @@ def product_input(tensor: torch.Tensor) -> torch.Tensor:
     if not torch.is_autocast_enabled(device_type) or not tensor.is_floating_point():
         return tensor
     return tensor.to(torch.get_autocast_dtype(device_type))
-
-
-def grad_scaler(precision: str, device) -> torch.amp.GradScaler:
-    """A gradient scaler, enabled only for fp16 (bf16 and fp32 have fp32's exponent range)."""
-    device = torch.device(device)
-    return torch.amp.GradScaler(device.type, enabled=select_precision(precision, device) == "fp16")

@@ -18,10 +18,11 @@ import dgl.function as fn
 
 from ...data.collate import GraphCollator
 from ...data.registry import load_dataset
+from ...data.tables import columns_note, records_note
 from ...data.user_data import recipe_data_options
 from ...utils.errors import RecipeError
 from ...utils.graph import as_simple_undirected
-from ...utils.precision import select_precision
+from ...utils.precision import Precision
 from .features import load_features
 from .evaluation import TaskSpec, task_spec
 
@@ -47,8 +48,11 @@ class Prepared:
         return GraphCollator(self.graphs)
 
 
-def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False, log=None) -> Prepared:
-    """Load the dataset, apply the recipe's graph preprocessing and attach the encoding."""
+def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False, log=None,
+                 gpse_precision: Precision | None = None) -> Prepared:
+    """Load the dataset, apply the recipe's graph preprocessing and attach the encoding; a GPSE encoding runs in
+    ``gpse_precision`` (decided by the job, :func:`~gpse_dgl.train.downstream.job.decide_precisions`; None:
+    fp32)."""
     data = recipe["data"]
     if dataset is None:
         dataset = load_dataset(data["name"], root=data["root"], **recipe_data_options(data))
@@ -63,10 +67,8 @@ def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False
         graphs = [_edge_mean_features(g, dataset.edge_feat_key or "feat") for g in graphs]
         node_feat, node_kind = "feat_from_edges", "float"
     # the encoder pass may run in its own precision (fine tasks such as CSL need fp32 encodings under a bf16
-    # model): null follows the model's, and auto becomes what it stands for on this device, once, here
-    pe = recipe["model"]["pe"]
-    precision = pe["gpse_precision"] or recipe["general_pipeline"]["precision"]
-    pe_recipe = dict(pe, gpse_precision=select_precision(precision, device or "cpu"))
+    # model), decided with the loop's by the job
+    pe_recipe = dict(recipe["model"]["pe"], gpse_precision=gpse_precision)
     table, info = load_features(graphs, dataset.name, pe_recipe, cache_dir=data["cache_dir"],
                                 device=device, progress=progress, log_fn=log)
     return Prepared(dataset, graphs, dataset.labels, spec, table, node_feat, edge_feat, node_kind, edge_kind,
@@ -89,8 +91,12 @@ def _edge_mean_features(g, key: str):
 def describe(prepared: Prepared) -> str:
     ds, info = prepared.dataset, prepared.feature_info
     cache = f", cache {info['cache']}" if info.get("cache") else ""
-    return (f"{ds.name}: {len(prepared.graphs)} graph(s), {ds.task}-level {ds.task_type}, metric "
-            f"{prepared.spec.metric}; PE {info['source']} ({info['dim']} columns{cache}, {info['seconds']:.1f} s)")
+    invalid, text = ds.info.get("invalid_records"), ds.info.get("text_columns")
+    skipped = f" ({len(invalid)} invalid SMILES skipped: {records_note(invalid)})" if invalid else ""
+    dropped = f"; not numbers, not targets: {columns_note(text)}" if text else ""
+    return (f"{ds.name}: {len(prepared.graphs)} graph(s){skipped}, {ds.task}-level {ds.task_type}, metric "
+            f"{prepared.spec.metric}{dropped}; PE {info['source']} ({info['dim']} columns{cache}, "
+            f"{info['seconds']:.1f} s)")
 
 
 def graph_batches(prepared: Prepared, indices: torch.Tensor, batch_size: int):

@@ -134,9 +134,9 @@ def feature_settings(pe_recipe: dict) -> dict:
         if pe_recipe["gpse_sampled"]:
             settings["gpse_fanouts"] = [int(f) for f in pe_recipe["gpse_fanouts"]]
         settings["storage"] = pe_recipe["storage"]
-        precision = pe_recipe.get("gpse_precision") or "fp32"
-        if precision != "fp32":  # fp32 keys stay those of earlier caches (and the key's name, "precision")
-            settings["precision"] = precision
+        precision = pe_recipe.get("gpse_precision")  # decided by the job (None: fp32)
+        if precision is not None and precision.autocast_enabled:  # fp32 keys stay those of earlier caches
+            settings["precision"] = precision.name
         return settings
     return {"storage": pe_recipe.get("storage", "float32")} if source != "none" else {}
 

@@ -18,7 +18,7 @@ from ...data.cache import default_cache_dir
 from ...recipes import dump_recipe
 from ...utils import distributed as dist_utils
 from ...utils.io import atomic_write_text
-from ...utils.precision import select_precision
+from ...utils.precision import Precision, decide_precision
 from ..optimizer import build_optimizer
 from ..rundir import RunDirectory
 from ..runtime import derive_seed, resolve_device, run_environment, torch_threads, tqdm_write, write_json
@@ -87,7 +87,8 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
                 check_job_directory(root, resume, overwrite)
             dist_utils.barrier()
             device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
-            prepared = prepare_data(recipe, dataset, device, progress, say)
+            precision, gpse_precision = decide_precisions(recipe, device)
+            prepared = prepare_data(recipe, dataset, device, progress, say, gpse_precision)
             say(f"data: {describe(prepared)}")
             if ctx.is_distributed and prepared.spec.level != "graph":
                 raise dist_utils.DistributedError("torchrun: node-level training (one graph) is not sharded; "
@@ -100,12 +101,11 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
             for index, plan in enumerate(plans):
                 title = f"run {index + 1}/{len(plans)} {plan.name}"
                 callback = rundir.commit_after(on_epoch_end) if ctx.is_main else on_epoch_end
-                result, model_info = _run(recipe, prepared, plan, root / plan.name, device, resume, progress, say,
-                                          callback, title, rundir)
+                result, model_info = _run(recipe, prepared, plan, root / plan.name, device, precision, resume,
+                                          progress, say, callback, title, rundir)
                 results.append(result)
             summary = _job_summary(recipe, prepared, results, model_info, root, started)
-            summary["environment"] = run_environment(ctx, device, select_precision(general["precision"], device),
-                                                      general["num_threads"])
+            summary["environment"] = run_environment(ctx, device, precision, general["num_threads"])
             if not ctx.is_main:
                 return {**summary, "rank": ctx.rank}
             rundir.commit()  # also when no epoch ran (every run finished earlier)
@@ -118,8 +118,18 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
 JOB_OUTPUTS = ("recipe.yaml", "results.json", "seed*")
 
 
-def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resume: bool, progress: bool, say,
-         on_epoch_end, title: str, rundir: RunDirectory | None = None) -> tuple[dict, dict]:
+def decide_precisions(recipe: dict, device) -> tuple[Precision, Precision]:
+    """The training loop's precision (``general_pipeline.precision``) and the GPSE encoder pass's
+    (``model.pe.gpse_precision``; null follows the loop's), each decided once here for ``device``: everything
+    below reads these, the features cache key included."""
+    general = recipe["general_pipeline"]
+    training = decide_precision(general["precision"], device)
+    encoder = decide_precision(recipe["model"]["pe"]["gpse_precision"] or general["precision"], device, warn=False)
+    return training, encoder
+
+
+def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, precision: Precision, resume: bool,
+         progress: bool, say, on_epoch_end, title: str, rundir: RunDirectory | None = None) -> tuple[dict, dict]:
     """Train one run (or read it back when it already finished); return its result and model info."""
     torch.manual_seed(derive_seed(plan.seed, "init"))
     model, config = build_downstream_model(recipe, prepared)
@@ -139,7 +149,7 @@ def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, resum
     if resume and last.is_file():
         state = restore_run(last, recipe, plan, config, model, optimizer, scheduler, rundir)
         say(f"{title}: resuming after epoch {state.epoch}")
-    trainer = Trainer(recipe, prepared, plan, model, config, optimizer, scheduler, device, run_dir)
+    trainer = Trainer(recipe, prepared, plan, model, config, optimizer, scheduler, device, run_dir, precision)
     status = trainer.fit(state, progress, title, on_epoch_end)
     result = run_result(plan, state, status)
     if trainer.dist.is_main:

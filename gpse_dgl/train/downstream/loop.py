@@ -22,7 +22,7 @@ import dgl
 
 from ...utils import checkpoint as ckpt
 from ...utils import distributed as dist_utils
-from ...utils.precision import to_accumulation
+from ...utils.precision import Precision, to_accumulation
 from .. import distributed as data_parallel
 from ..mixed_precision import MixedPrecision
 from ..runtime import derive_seed, progress_bar
@@ -37,7 +37,7 @@ class Trainer:
     """Epoch loop, evaluation, checkpoints and logs of one run."""
 
     def __init__(self, recipe, prepared: Prepared, plan: RunPlan, model, config, optimizer, scheduler,
-                 device, run_dir: Path):
+                 device, run_dir: Path, precision: Precision):
         self.recipe, self.prepared, self.plan, self.model = recipe, prepared, plan, model
         self.config, self.optimizer, self.scheduler = config, optimizer, scheduler
         self.device, self.run_dir = device, run_dir
@@ -51,7 +51,7 @@ class Trainer:
         self.dist = dist_utils.current()
         # what training steps call: the DDP wrapper under torchrun (train/distributed.py), else model
         self.trained = data_parallel.data_parallel(model, self.dist, device, self.general["sync_batchnorm"])
-        self.mixed = MixedPrecision(self.general["precision"], device)
+        self.mixed = MixedPrecision(precision)
 
     def _target_scaling(self) -> tuple[torch.Tensor | float, torch.Tensor | float]:
         """Mean and std of the training targets (per column) when standardising, else ``(0, 1)``."""

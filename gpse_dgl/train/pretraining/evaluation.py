@@ -16,12 +16,13 @@ Overall          0.9100      0.9000
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
 
 from ...nn.loss import gpse_loss
-from ...utils.precision import autocast
+from ...utils.precision import Precision
 from ..metrics import R2Accumulator
 from ..runtime import derive_seed
 from .data import PretrainingData
@@ -40,11 +41,12 @@ def pretraining_loss(node_pred, node_true, graph_pred, graph_true, batch_num_nod
 
 @torch.no_grad()
 def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, device: torch.device,
-             dim_in: int, loss_options: dict | None = None, precision: str = "fp32") -> dict:
+             dim_in: int, loss_options: dict | None = None, precision: Precision | None = None) -> dict:
     """Loss (with the recipe's ``loss_options``) and R^2 report over pre-built batches.
 
     Input features are seeded per graph, so repeated evaluations of the same model agree. The
-    forward pass runs in ``precision`` (:mod:`gpse_dgl.utils.precision`); loss and R^2 in float32.
+    forward pass runs in the run's ``precision`` (:mod:`gpse_dgl.utils.precision`; None: fp32); loss and R^2 in
+    float32.
     """
     was_training = model.training
     model.eval()
@@ -53,7 +55,7 @@ def evaluate(model: torch.nn.Module, batches, data: PretrainingData, seed: int, 
     feature_seed = derive_seed(seed, "evaluation features")
     for graph, node_true, graph_true in batches:
         x = evaluation_features(graph, dim_in, feature_seed).to(device)
-        with autocast(precision, device):
+        with precision.autocast(device) if precision is not None else contextlib.nullcontext():
             node_pred, graph_pred = model(graph, x)
         loss, _ = pretraining_loss(node_pred, node_true.to(device), graph_pred, graph_true.to(device),
                                    graph.batch_num_nodes(), loss_options)

@@ -35,6 +35,7 @@ from ...data.cache import default_cache_dir
 from ...recipes import dump_recipe
 from ...utils import distributed as dist_utils
 from ...utils.io import atomic_write_text
+from ...utils.precision import decide_precision
 from .. import distributed as data_parallel
 from ..mixed_precision import MixedPrecision
 from ..rundir import RunDirectory
@@ -107,7 +108,8 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     its best checkpoint."""
     general = recipe["general_pipeline"]
     device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
-    mixed = MixedPrecision(general["precision"], device)  # a precision the device lacks fails here
+    # the run's precision, decided once here (a precision the device lacks fails here) and read below
+    mixed = MixedPrecision(decide_precision(general["precision"], device))
     # read before the data is built, so that a missing or corrupt file fails in seconds; resuming
     # takes its weights from last.pt instead
     init = load_initial_weights(recipe["model"]["init_from"]) if recipe["model"]["init_from"] and not resume \

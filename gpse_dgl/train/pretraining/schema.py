@@ -5,7 +5,7 @@ cache), ``model`` (the GPSE encoder and heads; ``init_from`` for a warm start) a
 (optimiser, schedule, loss, time limit, precision, outputs), plus ``seed`` and ``device``. Every key is
 declared once in :data:`PRETRAIN_SCHEMA` with its type, its default (the paper's setup, ogbg-molpcba
 aside, since that needs data on disk) and a one-line description (``describe_schema(PRETRAIN_SCHEMA)``
-lists them); the machinery is :mod:`gpse_dgl.recipes`, reading files :mod:`gpse_dgl.recipe_files`.
+lists them); the machinery is :mod:`gpse_dgl.recipes`, reading files :mod:`gpse_dgl.recipes.files`.
 A recipe may start from another one with ``base: FILE``.
 
 Relative paths inside a recipe (``data.smiles_file``, ``data.root``, ``data.cache_dir``,

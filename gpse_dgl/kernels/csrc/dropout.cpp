@@ -1,4 +1,4 @@
-// Dropout noise on the CPU (gpse_dgl.nn.dropout):
+// Dropout noise on the CPU (gpse_dgl.kernels.dropout):
 //
 //   noise[i] = 1 / (1 - p)  where  splitmix64(seed, i) >= p * 2^64,  else 0
 //
@@ -64,3 +64,7 @@ void dropout_noise(int64_t seed, double p, at::Tensor out) {
     noise_kernel<uint16_t>(key, threshold, bits, static_cast<uint16_t*>(out.data_ptr()), out.numel());
   }
 }
+
+static const gpse_native::Binding binding([](pybind11::module_& m) {
+  m.def("dropout_noise", &dropout_noise, "dropout noise: 0 or 1 / (1 - p) per element, a function of (seed, index)");
+});

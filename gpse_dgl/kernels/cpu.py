@@ -1,11 +1,11 @@
-"""The compiled CPU kernels: the fused gated aggregation, dropout noise and the residual step, built on first use.
+"""The ``fused-cpu`` path: the compiled C++ kernels (``csrc/``), their build and load, and the CPU gated sum.
 
 :func:`gpse_dgl.nn.ops.gated_sum` computes ``out[v] = sum_{e = (u, v)} sigmoid(k[v] + q[u]) * val[u]``.
 With plain torch ops every edge's gate and message is a row of an ``(E, d)`` tensor that is written and
 read again several times; ``csrc/gated_sum.cpp`` reads the two source rows an edge needs once and keeps
 the rest in registers (one pass by destination forward; backward one pass by destination and one by
 source, the gates recomputed, no atomics). Rows are read as float32 or bfloat16 (half the bytes);
-gates, messages and sums are float32, as on the torch path (the precision contract of DESIGN.md).
+gates, messages and sums are float32, as on the torch path (the precision contract of docs/ARCHITECTURE.md).
 The gate is computed as ``1 / (1 + exp(-k[v]) exp(-q[u]))`` from factors computed once per row
 (:func:`factors`), so an edge costs no exponential; rows with entries too large for that form are
 flagged and their edges take ``sigmoid(k + q)`` itself (``csrc/gated_sum.cpp``). A destination with more
@@ -15,21 +15,21 @@ on large graphs packs a layer's sources once and sums by column blocks that stay
 (:func:`pack_sources`, :func:`packed_gated_sum`, ``csrc/gated_sum_packed.cpp``).
 
 ``csrc/dropout.cpp`` draws dropout masks from a counter-based generator, thread-parallel and vectorised
-(:mod:`gpse_dgl.nn.dropout`; torch's CPU dropout draws them one element at a time). ``csrc/residual.cpp``
+(:mod:`gpse_dgl.kernels.dropout`; torch's CPU dropout draws them one element at a time). ``csrc/residual.cpp``
 runs the encoder's residual step ``h + normalize(relu(dropout(z)))`` in one pass per row, forward and
-backward (:mod:`gpse_dgl.nn.residual`).
+backward (:mod:`gpse_dgl.kernels.residual`).
 
 The kernels are compiled with the machine's C++ compiler the first time they are needed (about a minute,
 once per machine, source and torch version, announced by one line on stderr); the build is kept under
 ``$TORCH_EXTENSIONS_DIR/gpse_dgl`` (default ``~/.cache/torch_extensions/gpse_dgl``).
-Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None: ``gated_sum``
-takes its torch path, dropout is torch's and the residual step runs torch ops; :func:`describe` says which
-path runs and why (``gpse-dgl info`` prints it, run records store it).
+Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None and the ``torch`` path
+runs: ``gated_sum`` takes torch ops, dropout is torch's and the residual step runs torch ops; :func:`describe`
+says which path runs and why (``gpse-dgl info`` prints it, run records store it).
 
 Example
 -------
->>> from gpse_dgl.nn import native
->>> native.describe().split(":")[0] in ("compiled C++ kernels", "torch ops")
+>>> from gpse_dgl.kernels import cpu
+>>> cpu.describe().split(":")[0] in ("fused-cpu", "torch")
 True
 """
 from __future__ import annotations
@@ -50,14 +50,14 @@ import torch
 from .._private import tensor_version
 from ..utils import memory
 
-__all__ = ["GatedCSR", "PackedSources", "accumulates_in_place", "describe", "factors", "kernel",
-           "native_gated_sum", "pack_sources", "packed_gated_sum", "packed_shape", "supports"]
+__all__ = ["GatedCSR", "PackedSources", "accumulates_in_place", "available", "describe", "factors", "gated_sum",
+           "kernel", "pack_sources", "packed_gated_sum", "packed_shape", "supports"]
 
 _CSRC = Path(__file__).parent / "csrc"
-#: The extension's sources (one module; ``native.h`` declares what ``bindings.cpp`` binds).
-SOURCES = [_CSRC / "bindings.cpp", _CSRC / "gated_sum.cpp", _CSRC / "gated_sum_packed.cpp",
-           _CSRC / "relu_sum.cpp", _CSRC / "dropout.cpp", _CSRC / "residual.cpp"]
-_HEADERS = [_CSRC / "native.h", _CSRC / "gated_sum.h", _CSRC / "splitmix64.h"]
+#: The extension's sources: every C++ file of ``csrc/`` (one module; each source binds its own entry points,
+#: ``gpse_native::Binding`` in ``native.h``, so a new kernel is one more file there), and its headers.
+SOURCES = sorted(_CSRC.glob("*.cpp"))
+_HEADERS = sorted(_CSRC.glob("*.h"))
 #: Compiler flags: the machine's own vector instructions (the build is per machine), and fast math so
 #: that the edge loop vectorises (min/max without NaN cases, reassociated arithmetic); the kernel's exp is
 #: its own polynomial, accurate to float32's rounding, so results stay within the fp32 contract.
@@ -67,11 +67,13 @@ _state: dict = {}
 
 
 def _build_name() -> str:
-    """One build per source text, flags, torch version and environment (the interpreter's ABI and where torch is
-    installed), so that an edit or an upgrade rebuilds, and two environments sharing the cache (Python 3.11 and
-    3.12, say) keep a build each: torch rebuilds in place, without a word, when a build's include paths change."""
+    """One build per source text, flags, torch version and environment (the interpreter's ABI, where torch is
+    installed and where the sources are), so that an edit or an upgrade rebuilds, and two environments or two
+    checkouts sharing the cache (Python 3.11 and 3.12, say, or two clones) keep a build each: torch rebuilds in
+    place, without a word, when a build's include paths or source paths change."""
     text = b"".join(path.read_bytes() for path in SOURCES + _HEADERS)
-    environment = f"{torch.__version__} {sys.implementation.cache_tag} {Path(torch.__file__).resolve().parent}"
+    environment = (f"{torch.__version__} {sys.implementation.cache_tag} {Path(torch.__file__).resolve().parent} "
+                   f"{_CSRC.resolve()}")
     digest = hashlib.sha256(text + " ".join(CFLAGS).encode() + environment.encode())
     return f"gpse_dgl_native_{digest.hexdigest()[:12]}"
 
@@ -129,12 +131,18 @@ def _remove_stale_lock(lock: Path) -> None:
         pass
 
 
+def available() -> bool:
+    """Whether the ``fused-cpu`` path can run here (the extension built and loaded)."""
+    return kernel() is not None
+
+
 def describe() -> str:
-    """One line: which path the CPU gated aggregation and dropout take, and why."""
+    """One line: which path the CPU gated aggregation, dropout and residual step take (``fused-cpu`` or
+    ``torch``), and why."""
     if kernel() is not None:
         kernels = ", ".join(path.name for path in SOURCES if path.name != "bindings.cpp")
-        return f"compiled C++ kernels: {kernels}, built with {' '.join(CFLAGS)}"
-    return f"torch ops: the compiled kernels are not available ({_state['reason']})"
+        return f"fused-cpu: {kernels}, built with {' '.join(CFLAGS)}"
+    return f"torch: the compiled kernels are not available ({_state['reason']})"
 
 
 def supports(*tensors: torch.Tensor) -> bool:
@@ -258,7 +266,7 @@ def packed_gated_sum(indptr: torch.Tensor, index: torch.Tensor, key: torch.Tenso
     ``indptr``/``index``: the in-edges by destination (CSR, int64: ``index[indptr[v]:indptr[v + 1]]`` are the
     sources of destination ``v``); ``key``: the destinations' gates, in the sources' dtype; ``out``: float32
     with contiguous rows (a column slice included), added to in place. The sums agree with
-    :func:`native_gated_sum`'s to float rounding (the same arithmetic, edges in the same order).
+    :func:`gated_sum`'s to float rounding (the same arithmetic, edges in the same order).
     """
     if not accumulates_in_place(out):
         raise ValueError("packed_gated_sum adds into float32 rows that do not overlap "
@@ -318,8 +326,8 @@ def accumulates_in_place(out: torch.Tensor) -> bool:
     return out.dtype == torch.float32 and out.dim() == 2 and out.stride(1) == 1 and out.stride(0) >= out.shape[1]
 
 
-def native_gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
+              out: torch.Tensor | None = None) -> torch.Tensor:
     """The gated sum with the fused kernel (:func:`supports` must hold); float32 result. ``out``
     (float32) is added to: in place without autograd (rows a stride apart, such as a column slice of a
     wider projection, are written where they are)."""

@@ -1,5 +1,5 @@
 // SplitMix64 (Steele, Lea and Flood 2014): the dropout draw of element i for a seed, shared by dropout.cpp
-// and residual.cpp so that a fused residual step drops exactly what gpse_dgl.nn.dropout would.
+// and residual.cpp so that a fused residual step drops exactly what gpse_dgl.kernels.dropout would.
 #pragma once
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// Fused residual-gated aggregation on the CPU (gpse_dgl.nn.native):
+// Fused residual-gated aggregation on the CPU (gpse_dgl.kernels.cpu):
 //
 //   out[v] += sum_{e = (u, v)} sigmoid(k[v] + q[u]) * val[u]
 //
@@ -278,3 +278,10 @@ void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at
                           grad_val.numel() ? grad_val.data_ptr<T>() : nullptr, n, d);
   });
 }
+
+static const gpse_native::Binding binding([](pybind11::module_& m) {
+  m.def("factors", &gated_sum_factors, "exp(-x) row by row, and a flag per row outside the factorisation's range");
+  m.def("forward", &gated_sum_forward, "gated sum, forward (adds into out)");
+  m.def("grad_key", &gated_sum_grad_key, "gated sum, gradient of the destination gate");
+  m.def("grad_source", &gated_sum_grad_source, "gated sum, gradients of the source gate and value");
+});

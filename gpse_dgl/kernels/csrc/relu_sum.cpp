@@ -130,3 +130,9 @@ void relu_sum_grad_source(at::Tensor indptr, at::Tensor eid, at::Tensor grad_ef,
                           grad_x.data_ptr<T>(), n, d);
   });
 }
+
+static const gpse_native::Binding binding([](pybind11::module_& m) {
+  m.def("relu_sum_forward", &relu_sum_forward, "sum of relu(x[u] + ef[e]) over each destination's in-edges");
+  m.def("relu_sum_grad_edge", &relu_sum_grad_edge, "relu sum, gradient of the edge features (by destination)");
+  m.def("relu_sum_grad_source", &relu_sum_grad_source, "relu sum, gradient of the sources (by source)");
+});

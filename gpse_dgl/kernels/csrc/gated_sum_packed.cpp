@@ -1,5 +1,5 @@
 // The gated sum of gated_sum.cpp by column blocks, for inference on graphs whose rows do not fit in the cache
-// (gpse_dgl.nn.native.pack_sources / packed_gated_sum, used by layer-wise encoding):
+// (gpse_dgl.kernels.pack_sources / packed_gated_sum, used by layer-wise encoding):
 //
 //   out[v] += sum_{e = (u, v)} sigmoid(k[v] + q[u]) * val[u]
 //
@@ -24,6 +24,8 @@
 
 #include "gated_sum.h"
 #include "native.h"
+
+std::vector<int64_t> gated_sum_packed_shape(int64_t n, int64_t d, int64_t element_size);  // below, bound to Python
 
 namespace {
 
@@ -230,3 +232,9 @@ void gated_sum_packed_forward(at::Tensor indptr, at::Tensor index, at::Tensor k,
                              OutRows{out.data_ptr<float>(), out.stride(0)}, n, d);
   });
 }
+
+static const gpse_native::Binding binding([](pybind11::module_& m) {
+  m.def("packed_shape", &gated_sum_packed_shape, "the shape of the slab pack writes (blocks, rows, 2 * lanes)");
+  m.def("pack", &gated_sum_pack, "the sources' factors and values packed by column blocks, and their flags");
+  m.def("packed_forward", &gated_sum_packed_forward, "gated sum by column blocks of a packed slab (adds into out)");
+});

@@ -1,6 +1,6 @@
-// The GPSE encoder's residual step on the CPU (gpse_dgl.nn.residual), one pass over each row:
+// The GPSE encoder's residual step on the CPU (gpse_dgl.kernels.residual), one pass over each row:
 //
-//   y   = relu(dropout(z))              (dropout: noise of gpse_dgl.nn.dropout, drawn from seed and index)
+//   y   = relu(dropout(z))              (dropout: noise of gpse_dgl.kernels.dropout, drawn from seed and index)
 //   out = h + y / max(||y||_2, eps)     (h may be absent: the input stage has no residual)
 //
 // With torch ops these are a dropout, a ReLU, a norm, a clamp, a division and an addition, each a pass over
@@ -193,3 +193,8 @@ void residual_backward(at::Tensor y, at::Tensor norm, at::Tensor grad_out, doubl
     }
   });
 }
+
+static const gpse_native::Binding binding([](pybind11::module_& m) {
+  m.def("residual_forward", &residual_forward, "out = h + normalize(relu(dropout(z))) row by row");
+  m.def("residual_backward", &residual_backward, "gradient of z through the residual step");
+});

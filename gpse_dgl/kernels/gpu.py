@@ -1,9 +1,9 @@
-"""The CUDA inference path's own kernels: Triton's, when Triton can be imported.
+"""The ``triton`` path: the CUDA inference kernels, when Triton can be imported.
 
 Without autograd, on CUDA tensors:
 
 * :func:`gpse_dgl.nn.ops.gated_sum` runs :func:`gated_sum`: one kernel over a destination-sorted CSR
-  (:mod:`gpse_dgl.nn.triton_kernels`) where the torch path launches about eight (gathers, add, sigmoid,
+  (:mod:`gpse_dgl.kernels.triton_kernels`) where the torch path launches about eight (gathers, add, sigmoid,
   multiply, ``index_add_``) and writes ``(E, d)`` tensors between them. A destination with more than
   :data:`HUB_DEGREE` in-edges (the virtual node of a large graph) would keep one program of that kernel
   looping while the rest of the GPU waits: its sum runs as torch ops over pieces of its edges instead.
@@ -17,13 +17,13 @@ graph's encoding does not depend on the batch it is in.
 
 Training (autograd) keeps the torch path. Triton ships with the CUDA builds of torch; without it, on GPUs
 older than compute capability 7.0, with ``GPSE_DGL_NATIVE=0`` (which also turns off the compiled CPU
-kernels of :mod:`gpse_dgl.nn.native`), or after a kernel failed to compile or launch (said once on stderr),
-the torch ops run, and :func:`describe` says which path runs (``gpse-dgl info`` prints it).
+kernels of :mod:`gpse_dgl.kernels.cpu`), or after a kernel failed to compile or launch (said once on stderr),
+the ``torch`` path runs, and :func:`describe` says which path runs (``gpse-dgl info`` prints it).
 
 Example
 -------
->>> from gpse_dgl.nn import gpu_kernels
->>> gpu_kernels.describe().split(":")[0] in ("Triton kernels", "torch ops")
+>>> from gpse_dgl.kernels import gpu
+>>> gpu.describe().split(":")[0] in ("triton", "torch")
 True
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ import sys
 import torch
 
 from ..utils.text import first_line
-from .native import GatedCSR, accumulates_in_place
+from .cpu import GatedCSR, accumulates_in_place
 
 __all__ = ["HUB_DEGREE", "MAX_RESIDUAL_DIM", "available", "describe", "disabled", "gated_sum", "residual_update_",
            "supports", "supports_residual_update"]
@@ -75,7 +75,7 @@ def disabled():
     """Inside, CUDA inference takes the torch ops (benchmarks time both paths in one process)."""
     available()
     saved = _state["reason"]
-    _state["reason"] = "turned off by gpu_kernels.disabled()"
+    _state["reason"] = "turned off by kernels.gpu.disabled()"
     try:
         yield
     finally:
@@ -87,8 +87,8 @@ def describe() -> str:
     if available():
         import triton  # available() imported it already
 
-        return f"Triton kernels: gated sum, residual update (Triton {triton.__version__}; inference only)"
-    return f"torch ops: {_state['reason']}"
+        return f"triton: gated sum, residual update (Triton {triton.__version__}; inference only)"
+    return f"torch: {_state['reason']}"
 
 
 @functools.lru_cache(maxsize=None)

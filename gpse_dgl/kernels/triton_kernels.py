@@ -1,4 +1,4 @@
-r"""Triton kernels of the CUDA inference path (imported only where Triton is; :mod:`gpse_dgl.nn.gpu_kernels`
+r"""Triton kernels of the CUDA inference path (imported only where Triton is; :mod:`gpse_dgl.kernels.gpu`
 decides when they run).
 
 ``gated_sum``, per destination row :math:`v` and block of channels:

@@ -13,25 +13,26 @@ threads.
 Example
 -------
 >>> import dgl, torch
->>> from gpse_dgl.nn import relu_sum
+>>> from gpse_dgl import kernels
 >>> g = dgl.graph(([0, 1, 2], [1, 2, 0]))
 >>> x, ef = torch.randn(3, 4), torch.randn(3, 4)
->>> if relu_sum.supports(x, ef):
-...     assert torch.allclose(relu_sum.relu_sum(g, x, ef)[1], torch.relu(x[0] + ef[0]))
+>>> out = kernels.run("relu_sum", g, x, ef, autograd=True)  # None where the kernel cannot run
+>>> out is None or torch.allclose(out[1], torch.relu(x[0] + ef[0]))
+True
 """
 from __future__ import annotations
 
 import torch
 
-from . import native
+from . import cpu
 
 __all__ = ["ReluSumCSR", "relu_sum", "supports"]
 
 
-def supports(x: torch.Tensor, edge_feat: torch.Tensor) -> bool:
+def supports(graph, x: torch.Tensor, edge_feat: torch.Tensor) -> bool:
     """Whether the kernel takes these operands: 2-D float32 or bfloat16 rows of one dtype on the CPU, the
     kernels built."""
-    return native.supports(x, edge_feat) and x.shape[1] == edge_feat.shape[1]
+    return cpu.supports(x, edge_feat) and x.shape[1] == edge_feat.shape[1]
 
 
 class ReluSumCSR:
@@ -69,13 +70,13 @@ class _ReluSum(torch.autograd.Function):
         ctx.csr = csr
         ctx.save_for_backward(x, edge_feat)
         out = torch.empty((csr.num_dst, x.shape[1]), dtype=torch.float32)
-        native.kernel().relu_sum_forward(csr.dst_indptr, csr.dst_src, csr.dst_eid, x, edge_feat, out)
+        cpu.kernel().relu_sum_forward(csr.dst_indptr, csr.dst_src, csr.dst_eid, x, edge_feat, out)
         return out
 
     @staticmethod
     def backward(ctx, grad_out):
         x, edge_feat = ctx.saved_tensors
-        csr, module = ctx.csr, native.kernel()
+        csr, module = ctx.csr, cpu.kernel()
         grad_ef = torch.empty(edge_feat.shape, dtype=torch.float32)  # every row written by the kernel
         module.relu_sum_grad_edge(csr.dst_indptr, csr.dst_src, csr.dst_eid, x, edge_feat,
                                   grad_out.to(torch.float32).contiguous(), grad_ef)

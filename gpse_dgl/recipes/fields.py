@@ -6,7 +6,7 @@ are dicts and whose keys are :class:`Field` declarations (type, default, a one-l
 the constraints checked on load); a recipe that leaves a key out gets the default. Each pipeline
 declares its schema beside its code: :data:`~gpse_dgl.train.pretraining.schema.PRETRAIN_SCHEMA`
 (``gpse-dgl pretrain``) and :data:`~gpse_dgl.train.downstream.schema.DOWNSTREAM_SCHEMA`
-(``gpse-dgl train``); this module is the machinery they share, and :mod:`gpse_dgl.recipe_files` reads
+(``gpse-dgl train``); this module is the machinery they share, and :mod:`gpse_dgl.recipes.files` reads
 the files (strict YAML, ``base:`` recipes, ``--set`` overrides).
 
 Everything is checked before any work starts, and every problem is reported as one line that names
@@ -19,6 +19,7 @@ Constraints between keys are a schema's ``cross_check(recipe, raw, source)``, ru
 
 Example
 -------
+>>> from gpse_dgl.recipes import Field, describe_schema, validate_recipe
 >>> schema = {"seed": Field("int", 0, "seed"), "model": {"width": Field("int", 8, "width", minimum=1)}}
 >>> validate_recipe({"model": {"width": 16}}, schema=schema)
 {'seed': 0, 'model': {'width': 16}}
@@ -39,15 +40,13 @@ from typing import Any, Callable, Iterable, Mapping
 
 import yaml
 
-from .recipe_files import (BASE_KEY, FromBase, Override, StrictSafeLoader, apply_overrides, check_keys,
-                           merge_recipes, read_recipe_file, show_value)
-from .utils.errors import RecipeError
-from .utils.text import did_you_mean
+from ..utils.errors import RecipeError
+from ..utils.text import did_you_mean
+from .files import (BASE_KEY, FromBase, Override, StrictSafeLoader, apply_overrides, check_keys, merge_recipes,
+                    read_recipe_file, show_value)
 
 __all__ = ["Field", "CrossCheck", "load_recipe", "validate_recipe", "key_origin", "get", "dump_recipe",
-           "describe_schema",
-           # reading files (gpse_dgl.recipe_files), re-exported for one import place
-           "BASE_KEY", "StrictSafeLoader", "read_recipe_file", "merge_recipes", "apply_overrides"]
+           "describe_schema"]
 
 #: ``cross_check(recipe, raw, source)``: constraints between the keys of a validated recipe (raises
 #: :class:`RecipeError`); ``raw`` tells which values came from ``--set`` (:func:`key_origin`).

@@ -1,11 +1,12 @@
 """Reading recipe files: strict safe YAML, ``base:`` inheritance and ``--set`` overrides.
 
-The schema-independent half of :mod:`gpse_dgl.recipes`: a file becomes a raw mapping whose values
-remember where they were written (a base file, or a ``--set`` override), so that validation
-(:func:`gpse_dgl.recipes.validate_recipe`) can name the right file and key in a one-line error.
+The schema-independent half of :mod:`gpse_dgl.recipes` (:mod:`.fields` is the other): a file becomes a raw
+mapping whose values remember where they were written (a base file, or a ``--set`` override), so that
+validation (:func:`gpse_dgl.recipes.validate_recipe`) can name the right file and key in a one-line error.
 
 Example
 -------
+>>> from gpse_dgl.recipes import merge_recipes
 >>> merge_recipes({"model": {"name": "gps", "dim_hidden": 64}}, {"model": {"dim_hidden": 128}})
 {'model': {'name': 'gps', 'dim_hidden': 128}}
 """
@@ -18,8 +19,8 @@ from typing import Any, Iterable, Mapping
 
 import yaml
 
-from .utils.errors import RecipeError
-from .utils.text import did_you_mean
+from ..utils.errors import RecipeError
+from ..utils.text import did_you_mean
 
 __all__ = ["StrictSafeLoader", "BASE_KEY", "read_recipe_file", "merge_recipes", "apply_overrides",
            "check_keys"]

@@ -1,0 +1,129 @@
+"""A benchmark's ledger of finished runs: one JSON file, validated on load, merged, written atomically.
+
+The file is ``{"about": "...", "runs": {key: record}}``; every record holds at least ``budget`` (the
+fingerprint of what makes two runs comparable) and the fields its script names. A sweep that several
+processes or machines share writes one ledger each and joins them with :func:`open_ledger`'s ``merge``.
+
+A ledger that cannot be used (empty file, truncated JSON, ``{}``, a record without a field the report
+needs) raises :class:`LedgerError`, a :class:`~gpse_dgl.utils.errors.GPSEError` whose message is one line
+naming the file, so that a script prints ``error: <message>`` instead of a traceback; a ledger to merge or
+to report from must exist.
+
+Example::
+
+    >>> import json, tempfile
+    >>> from pathlib import Path
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "other.json").write_text(json.dumps({"runs": {"t/a/seed0": {"budget": "b", "test": 1.0}}}))
+    >>> ledger = open_ledger(folder / "main.json", merge=[folder / "other.json"], fields=("test",))
+    ... # doctest: +ELLIPSIS
+    /.../other.json: 1 run(s) taken into /.../main.json
+    >>> ledger.has("t/a/seed0", "b"), ledger.has("t/a/seed0", "another budget")
+    (True, False)
+    >>> _ = (folder / "cut.json").write_text('{"runs": {"t/a/seed0": {"bud')
+    >>> open_ledger(folder / "cut.json")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    _ledger.LedgerError: ledger /.../cut.json is not valid JSON (truncated? Unterminated string ...)
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Iterable
+
+from gpse_dgl.utils.errors import GPSEError
+
+
+class LedgerError(GPSEError):
+    """A ledger file that cannot be used; the message names the file and what is wrong."""
+
+
+def _read(path: Path, fields: tuple[str, ...]) -> dict:
+    """``path``'s runs, checked: a JSON object with a ``runs`` object of records holding ``fields``."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LedgerError(f"ledger {path} cannot be read: {exc}") from None
+    if not text.strip():
+        raise LedgerError(f"ledger {path} is empty (no runs object); remove it to start a new ledger")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise LedgerError(f"ledger {path} is not valid JSON (truncated? {exc.msg} at line {exc.lineno} "
+                          f"column {exc.colno})") from None
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, dict):
+        raise LedgerError(f"ledger {path} has no 'runs' object (found {_shape(data)}); not a ledger of this "
+                          f"script, or written by something else")
+    for key, record in runs.items():
+        if not isinstance(record, dict):
+            raise LedgerError(f"ledger {path}: run {key!r} is {_shape(record)}, not a record")
+        missing = [name for name in ("budget", *fields) if name not in record]
+        if missing:
+            raise LedgerError(f"ledger {path}: run {key!r} lacks {', '.join(map(repr, missing))}")
+    return runs
+
+
+def _shape(value) -> str:
+    if isinstance(value, dict):
+        return "an object with keys " + (", ".join(map(repr, list(value)[:5])) or "none")
+    return f"a JSON {type(value).__name__}"
+
+
+class Ledger:
+    """Finished runs, one JSON file written atomically after every run.
+
+    ``fields``: what every record must hold besides ``budget`` (checked when the file is read);
+    ``about``: the file's one-line description; ``must_exist``: a missing file is an error instead of an
+    empty ledger.
+    """
+
+    def __init__(self, path: Path, fields: Iterable[str] = (), about: str = "one record per finished run",
+                 must_exist: bool = False):
+        self.path, self.fields, self.about = Path(path), tuple(fields), about
+        if must_exist and not self.path.is_file():
+            raise LedgerError(f"no ledger at {self.path}")
+        self.runs = _read(self.path, self.fields) if self.path.exists() else {}
+
+    def merge(self, other: "Ledger") -> int:
+        """Take ``other``'s records that this ledger lacks (the same key at another budget counts as
+        lacking), e.g. from a share of the sweep run elsewhere; return how many were taken."""
+        new = {key: record for key, record in other.runs.items() if not self.has(key, record["budget"])}
+        if new:
+            self.runs.update(new)
+            self._write()
+        return len(new)
+
+    def has(self, key: str, budget: str) -> bool:
+        return self.runs.get(key, {}).get("budget") == budget
+
+    def add(self, key: str, record: dict) -> None:
+        self.runs[key] = record
+        self._write()
+
+    def _write(self) -> None:
+        from gpse_dgl.utils.io import atomic_write_text
+
+        text = json.dumps({"about": self.about, "runs": dict(sorted(self.runs.items()))}, indent=1,
+                          allow_nan=False)
+        atomic_write_text(self.path, text + "\n")
+
+
+def open_ledger(path: Path, merge: Iterable[Path] = (), fields: Iterable[str] = (),
+                about: str = "one record per finished run", report_only: bool = False,
+                log: Callable[[str], None] = print) -> Ledger:
+    """The ledger at ``path`` (new if absent) with the runs of every ledger in ``merge`` taken in.
+
+    Every file in ``merge`` must exist; with ``report_only`` (nothing will be run) so must ``path``,
+    unless ``merge`` brings runs to report.
+    """
+    merge = [Path(p) for p in merge]
+    if report_only and not Path(path).is_file() and not merge:
+        raise LedgerError(f"no ledger at {path}: nothing to report (run without --report-only first, or "
+                          f"name an existing --ledger)")
+    others = [Ledger(p, fields, must_exist=True) for p in merge]  # all checked before anything is written
+    ledger = Ledger(path, fields, about)
+    for other in others:
+        log(f"{other.path}: {ledger.merge(other)} run(s) taken into {ledger.path}")
+    return ledger

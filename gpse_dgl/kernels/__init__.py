@@ -1,0 +1,182 @@
+"""gpse_dgl's own kernels and the one dispatch that picks, per op and device, the path that computes it.
+
+Four paths, named so in ``gpse-dgl info``, in ``metrics.json`` (``environment.kernels``) and in the docs:
+
+=============  =================================================================================================
+``dgl``        DGL's sparse kernels (``dgl.ops``): the message-passing ops of :mod:`gpse_dgl.nn.ops` where DGL
+               runs on the device (backend ``"auto"``) or where ``backend="dgl"`` asks for them
+``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum, GINE's
+               ReLU sum (:mod:`.relu_sum`), dropout noise, the encoder's residual step; float32 (and bfloat16
+               rows where said) on the CPU
+``triton``     the Triton kernels of :mod:`.triton_kernels` (:mod:`.gpu`): the gated sum and the eval-mode
+               residual update, on CUDA without autograd
+``torch``      plain torch ops (:mod:`gpse_dgl.nn`): wherever no kernel above takes the operands
+=============  =================================================================================================
+
+Callers in :mod:`gpse_dgl.nn` name an op by what it computes and :func:`run` it; ``None`` back means no kernel
+took the operands and the caller's torch ops run. :data:`KERNELS` is the registry: each entry says which op a
+kernel computes, on which path and device type, whether it runs under autograd, which operands it takes and
+the function that runs it (which may itself return ``None``, a Triton kernel that failed to launch, say: then
+the next kernel, or torch, runs). Nothing outside this package imports its modules
+(``tests/test_layering.py``).
+
+Adding a kernel is one source file and one line of :data:`KERNELS`. The file: a Triton kernel beside
+:mod:`.triton_kernels` with its host side in a module here, or a C++ source in ``csrc/`` (every ``.cpp`` there
+is compiled into the one extension and binds its own entry points, ``gpse_native::Binding`` in ``csrc/native.h``)
+with the ``supports`` and ``run`` that call ``cpu.kernel().<name>`` in a module here. The line:
+``Kernel(op, path, device, autograd, takes, run)``. ``docs/ARCHITECTURE.md`` ("kernels") walks through it.
+
+Example
+-------
+>>> import torch
+>>> from gpse_dgl import kernels
+>>> set(kernels.paths("cpu").values()) <= set(kernels.PATHS)
+True
+"""
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+
+from .. import _env  # noqa: F401
+import dgl
+
+from . import cpu, dropout, gpu, relu_sum, residual
+from .cpu import GatedCSR, PackedSources, accumulates_in_place, pack_sources, packed_gated_sum, packed_shape
+from .dropout import draw_seed
+
+__all__ = ["BACKENDS", "GatedCSR", "KERNELS", "Kernel", "PATHS", "PackedSources", "accumulates_in_place",
+           "available", "describe", "disabled", "dgl_supports", "draw_seed", "kernels_for", "pack_sources",
+           "packed_gated_sum", "packed_shape", "packs_sources", "paths", "resolve_backend", "run"]
+
+PATHS = ("dgl", "fused-cpu", "triton", "torch")
+#: What :mod:`gpse_dgl.nn.ops` takes as ``backend=``: ``"dgl"`` is the ``dgl`` path; ``"torch"`` is
+#: gpse-dgl's own, the ``fused-cpu`` or ``triton`` kernel where one takes the operands, else ``torch`` ops.
+BACKENDS = ("auto", "dgl", "torch")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of an op: ``run(*operands, **options)`` computes ``op`` on ``path`` where ``takes(*operands)``
+    holds, on devices of type ``device``, under autograd too if ``autograd``; it returns None if it could not
+    run after all (nothing changed)."""
+
+    op: str
+    path: str
+    device: str
+    autograd: bool
+    takes: Callable[..., bool]
+    run: Callable
+
+
+#: The registry, tried in order per op (ops by what they compute; see :mod:`gpse_dgl.nn.ops`,
+#: :mod:`gpse_dgl.nn.dropout`, :mod:`gpse_dgl.nn.residual`, :meth:`gpse_dgl.nn.gpse.GPSE.residual_update`).
+KERNELS = (
+    Kernel("gated_sum", "triton", "cuda", False, lambda g, k, q, v: gpu.supports(k, q, v), gpu.gated_sum),
+    Kernel("gated_sum", "fused-cpu", "cpu", True, lambda g, k, q, v: cpu.supports(k, q, v), cpu.gated_sum),
+    Kernel("relu_sum", "fused-cpu", "cpu", True, relu_sum.supports, relu_sum.relu_sum),
+    Kernel("dropout_noise", "fused-cpu", "cpu", True, dropout.supports, dropout.noise),
+    Kernel("normalized_residual", "fused-cpu", "cpu", True, residual.supports, residual.normalized_residual),
+    Kernel("normalized_residual_", "fused-cpu", "cpu", False, residual.supports, residual.normalized_residual_),
+    Kernel("residual_update_", "triton", "cuda", False, gpu.supports_residual_update, gpu.residual_update_),
+)
+#: Whether a path's kernels can run in this process (built, importable, not turned off).
+_AVAILABLE = {"fused-cpu": cpu.available, "triton": gpu.available}
+
+
+def available(path: str) -> bool:
+    """Whether ``path`` can run in this process (``dgl`` and ``torch`` always can; ``fused-cpu`` once built,
+    ``triton`` where Triton imports; neither with ``GPSE_DGL_NATIVE=0``)."""
+    return _AVAILABLE[path]() if path in _AVAILABLE else path in PATHS
+
+
+def disabled(path: str):
+    """A context inside which ``path``'s kernels do not run (benchmarks time two paths in one process);
+    ``triton`` only."""
+    if path != "triton":
+        raise ValueError(f"only the triton path can be turned off in a process, not {path!r}")
+    return gpu.disabled()
+
+
+def kernels_for(op: str, *operands, autograd: bool = False) -> Iterator[Kernel]:
+    """The kernels of ``op`` that take ``operands``, in the registry's order."""
+    for kernel in KERNELS:
+        if kernel.op == op and (kernel.autograd or not autograd) and kernel.takes(*operands):
+            yield kernel
+
+
+def run(op: str, *operands, autograd: bool = False, **options):
+    """``op`` on the first kernel that takes ``operands`` and runs; None: none did, the caller's torch ops run."""
+    for kernel in kernels_for(op, *operands, autograd=autograd):
+        result = kernel.run(*operands, **options)
+        if result is not None:
+            return result
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def dgl_supports(device_type: str) -> bool:
+    """Whether the installed DGL can run its kernels on ``device_type`` (``"cpu"``, ``"cuda"``, ...)."""
+    if device_type == "cpu":
+        return True
+    try:
+        g = dgl.graph(([0], [0])).to(torch.device(device_type))
+        dgl.ops.copy_u_sum(g, torch.ones(1, 1, device=device_type))
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "not supported"
+        return False
+
+
+#: Ops whose ``"auto"`` backend is ``"torch"`` everywhere: their own kernels, and even their plain torch ops on
+#: the CPU, beat DGL's (``benchmarks/RESULTS.md``).
+TORCH_FIRST = ("gated_sum", "relu_sum")
+
+
+def resolve_backend(backend: str | None, device: torch.device, op: str | None = None) -> str:
+    """``backend`` (None: ``GPSE_DGL_BACKEND``, default ``"auto"``) as ``"dgl"`` or ``"torch"`` for tensors on
+    ``device``. ``"auto"`` is ``"dgl"`` where DGL runs on the device, except for the ops of :data:`TORCH_FIRST`."""
+    backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown message-passing backend {backend!r}; choose one of {BACKENDS}")
+    if backend == "auto":
+        return "dgl" if op not in TORCH_FIRST and dgl_supports(torch.device(device).type) else "torch"
+    return backend
+
+
+def packs_sources(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether the gated sum without autograd runs on ``fused-cpu`` for rows of ``dtype`` on ``device``, so that
+    a caller summing many destinations with the same sources (layer-wise inference) can pack them once
+    (:func:`pack_sources`) and sum by column blocks instead (:func:`packed_gated_sum`): the same sums."""
+    return (torch.device(device).type == "cpu" and dtype in (torch.float32, torch.bfloat16)
+            and resolve_backend(None, device, "gated_sum") == "torch" and cpu.available())
+
+
+def paths(device) -> dict[str, str]:
+    """The path each op takes on ``device`` for float32 rows: ``message_passing`` (the other ops of
+    :mod:`gpse_dgl.nn.ops`), then each op of :data:`KERNELS` (training and inference alike where a kernel
+    takes both; the ``triton`` ones are inference only)."""
+    device = torch.device(device)
+    chosen = {"message_passing": resolve_backend(None, device)}
+    for kernel in KERNELS:
+        if kernel.op in chosen:
+            continue
+        if kernel.op == "gated_sum" and resolve_backend(None, device, "gated_sum") == "dgl":
+            chosen[kernel.op] = "dgl"
+        elif kernel.device == device.type and _AVAILABLE[kernel.path]():
+            chosen[kernel.op] = kernel.path
+    return {**chosen, **{k.op: "torch" for k in KERNELS if k.op not in chosen}}
+
+
+def describe(device) -> str:
+    """One line: the state of the kernels that can run on ``device`` and why (``fused-cpu`` on the CPU,
+    ``triton`` on CUDA; Triton is imported only when asked about a GPU)."""
+    kind = torch.device(device).type
+    if kind == "cpu":
+        return cpu.describe()
+    if kind == "cuda":
+        return gpu.describe()
+    return "torch: no kernels of gpse-dgl for this device"
