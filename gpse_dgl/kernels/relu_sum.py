@@ -40,9 +40,10 @@ class ReluSumCSR:
     ids), int64 on the CPU, stable (edge-id order within a node); built once per graph object (:meth:`of`)."""
 
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-        self.dst_indptr, self.dst_eid = _csr(dst, num_dst)
+        edge_ids = torch.arange(len(src), dtype=torch.int64)
+        self.dst_indptr, self.dst_eid = cpu.csr(dst, edge_ids, num_dst)
         self.dst_src = src[self.dst_eid].contiguous()
-        self.src_indptr, self.src_eid = _csr(src, num_src)
+        self.src_indptr, self.src_eid = cpu.csr(src, edge_ids, num_src)
         self.num_src, self.num_dst = num_src, num_dst
 
     @classmethod
@@ -54,14 +55,6 @@ class ReluSumCSR:
                          graph.num_dst_nodes())
             graph.__dict__["_gpse_relu_sum_csr"] = cached
         return cached
-
-
-def _csr(rows: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(indptr, edge ids sorted by row, stably)``."""
-    order = torch.argsort(rows, stable=True)
-    indptr = torch.zeros(num_rows + 1, dtype=torch.int64)
-    indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=num_rows), 0)
-    return indptr, order.contiguous()
 
 
 class _ReluSum(torch.autograd.Function):
