@@ -153,6 +153,7 @@ class _Setup:
         from gpse_dgl.train.downstream.runs import plan_runs
         from gpse_dgl.train.downstream.schema import load_downstream_recipe
         from gpse_dgl.train.mixed_precision import MixedPrecision
+        from gpse_dgl.utils.precision import decide_precision
 
         path, overrides = MODELS[name]
         self.recipe = load_downstream_recipe(os.path.join(RECIPES, path), overrides + [
@@ -162,7 +163,8 @@ class _Setup:
         torch.manual_seed(0)
         self.ours, self.config = build_downstream_model(self.recipe, self.prepared)
         self.pyg = pyg_mirror(self.ours)
-        self.mixed = MixedPrecision(precision, "cpu")
+        self.mixed_precision = decide_precision(precision, "cpu", warn=False)
+        self.mixed = MixedPrecision(self.mixed_precision)
         self.precision, self.args = precision, args
         plan = plan_runs(self.prepared.dataset, self.recipe, [0])[0]
         train = plan.splits["train"][: args.batches * args.batch_size]
@@ -232,7 +234,7 @@ class _Setup:
             optimizer = build_optimizer(self.ours, general["optimizer"])
             scheduler = LRSchedule.from_recipe(optimizer, general, higher_is_better=False)
             self.trainer = Trainer(self.recipe, self.prepared, self.plan, self.ours, self.config, optimizer,
-                                   scheduler, "cpu", Path("unused"))
+                                   scheduler, "cpu", Path("unused"), self.mixed_precision)
         self.trainer._train_epoch(self.epoch)
         self.epoch += 1
 
