@@ -16,7 +16,7 @@ with ``precision=...``); ``results["records"]`` holds plain-dict rows (``benchma
 nodes/s and, for exact layer-wise inference, the fraction of the matmul peak of that precision measured
 in the same run (PyG has no layer-wise large-graph inference to compare with).
 
-Each runs once per CPU path of the gated sum (``--paths fused,torch``: the fused C++ kernel of
+Each runs once per CPU path of the gated sum (``--paths fused-cpu,torch``: the C++ kernels of
 :mod:`gpse_dgl.kernels.cpu`, or torch ops with ``GPSE_DGL_NATIVE=0``). Beside each layer-wise time the
 report gives, measured in the same process, the products alone (one layer's four maps over every node,
 times the layers) and the edges alone (one gated sum over the whole graph, times the layers), the bytes
@@ -28,7 +28,7 @@ Usage::
     python benchmarks/encode_large.py                      # arXiv size, both modes
     python benchmarks/encode_large.py --quick              # 20,000 nodes, 4 layers: a smoke test
     python benchmarks/encode_large.py --modes layerwise --threads 2 --json out.json
-    python benchmarks/encode_large.py --modes layerwise --threads 2 --paths fused,torch --precisions fp32,bf16
+    python benchmarks/encode_large.py --modes layerwise --threads 2 --paths fused-cpu,torch --precisions fp32,bf16
 """
 from __future__ import annotations
 
@@ -212,8 +212,8 @@ def main(argv=None) -> int:
     parser.add_argument("--progress", action="store_true")
     parser.add_argument("--json", help="also write the results to this file")
     parser.add_argument("--precisions", default=DEFAULT_PRECISIONS, help="comma-separated: fp32, bf16")
-    parser.add_argument("--paths", default="fused", help="comma-separated CPU paths of the gated sum: fused (the "
-                        "C++ kernel, where it builds), torch (torch ops: GPSE_DGL_NATIVE=0)")
+    parser.add_argument("--paths", default="fused-cpu", help="comma-separated CPU paths of the gated sum: fused-cpu "
+                        "(the C++ kernels, where they build), torch (torch ops: GPSE_DGL_NATIVE=0)")
     parser.add_argument("--sample-out", help=argparse.SUPPRESS)  # internal: where to save rows of the encoding
     parser.add_argument("--mode", help=argparse.SUPPRESS)  # internal: run one mode in this process
     parser.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)  # internal: its precision

@@ -30,13 +30,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from .. import _env  # noqa: F401
 import dgl
 
+from ..encode.chunk_plan import plan_destinations
 from ..encode.graphs import sample_seed
 from ..nn.gpse import GPSE
 from ..nn.ops import gated_sum
@@ -102,30 +102,22 @@ def plan_chunks(src: torch.Tensor, dst_pos: torch.Tensor, num_rows: int, chunk_e
     ``chunk_edges`` (the virtual node's message is added apart: it has one source for every row). With
     ``pad_id`` (a node of the trainer's own partition: a local row), each piece's source list is padded
     with it to a multiple of :data:`PAD_ROWS`."""
-    order = torch.sort(dst_pos, stable=True).indices
-    src, dst_pos = src[order], dst_pos[order]
-    indptr = np.zeros(num_rows + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst_pos.numpy(), minlength=num_rows), out=indptr[1:])
-    chunks, start = [], 0
-    while start < num_rows:
-        stop = int(np.searchsorted(indptr, indptr[start] + chunk_edges, side="right")) - 1
-        stop = min(max(stop, start + 1), start + chunk_edges, num_rows)
-        lo, hi = int(indptr[start]), int(indptr[stop])
+    plan = plan_destinations(src, dst_pos, num_rows, chunk_edges, max_nodes=chunk_edges)
+    src, dst_pos = plan.sources, plan.destinations
+    chunks = []
+    for start, stop, cuts in plan.ranges:
         pieces = []
-        cuts = list(range(lo, hi, chunk_edges)) or [lo]
-        for a in cuts:
-            b = min(a + chunk_edges, hi)
-            sources, index = torch.unique(src[a:b], return_inverse=True)
+        for piece in cuts:
+            sources, index = torch.unique(src[piece], return_inverse=True)
             # Pulled row buffers then come in a few sizes only (freed ones fit the next pull); the
             # padding rows have no edges and are local (copied from shared memory, not sent).
             padded = -(-len(sources) // PAD_ROWS) * PAD_ROWS
             if pad_id is not None and padded > len(sources):
                 sources = torch.cat([sources, torch.full((padded - len(sources),), int(pad_id), dtype=torch.int64)])
-            block = dgl.create_block((index, dst_pos[a:b] - start), num_src_nodes=len(sources),
+            block = dgl.create_block((index, dst_pos[piece] - start), num_src_nodes=len(sources),
                                      num_dst_nodes=stop - start)
             pieces.append(_Piece(sources, block))
         chunks.append(_Chunk(start, stop, pieces))
-        start = stop
     return chunks
 
 

@@ -59,7 +59,6 @@ import math
 import warnings
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -74,6 +73,7 @@ from ..utils.distributed import current, shard_range
 from ..utils import memory
 from ..utils.precision import to_accumulation
 from ..utils.progress import progress as progress_bar
+from .chunk_plan import plan_destinations
 
 __all__ = ["DEFAULT_CHUNK_EDGES", "DEFAULT_FANOUTS", "virtual_node_edges", "layerwise_forward",
            "expand_fanouts", "sampled_forward"]
@@ -124,27 +124,18 @@ class _Chunk:
 
 def _plan_chunks(src: torch.Tensor, dst: torch.Tensor, num_nodes: int, chunk_edges: int,
                  blocks: bool = True) -> tuple[list, tuple]:
-    """Split destination nodes into consecutive chunks of at most ``chunk_edges`` in-edges each.
-
-    Edges are grouped by destination once; a node with more in-edges than the budget gets a chunk of its
-    own whose edges are split into pieces. With ``blocks`` the DGL blocks are built once and reused by every
-    layer. Returns the chunks and the edges by destination, ``(indptr, sources)``.
+    """Destination chunks of at most ``chunk_edges`` in-edges and :data:`MAX_CHUNK_NODES` nodes
+    (:func:`~gpse_dgl.encode.chunk_plan.plan_destinations`); with ``blocks`` each chunk's DGL blocks, one per edge
+    piece, built once and reused by every layer. Returns the chunks and the edges by destination,
+    ``(indptr, sources)``.
     """
-    order = torch.sort(dst, stable=True).indices
-    src_sorted, dst_sorted = src[order], dst[order]
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst_sorted.numpy(), minlength=num_nodes), out=indptr[1:])
-    chunks, start = [], 0
-    while start < num_nodes:
-        stop = int(np.searchsorted(indptr, indptr[start] + chunk_edges, side="right")) - 1
-        stop = min(max(stop, start + 1), start + MAX_CHUNK_NODES, num_nodes)
-        lo, hi = int(indptr[start]), int(indptr[stop])
-        pieces = [slice(a, min(a + chunk_edges, hi)) for a in range(lo, max(hi, lo + 1), chunk_edges)] if blocks else []
-        chunks.append(_Chunk(start, stop, [
-            dgl.create_block((src_sorted[piece], dst_sorted[piece] - start), num_src_nodes=num_nodes,
-                             num_dst_nodes=stop - start) for piece in pieces]))
-        start = stop
-    return chunks, (torch.from_numpy(indptr), src_sorted.contiguous())
+    plan = plan_destinations(src, dst, num_nodes, chunk_edges, MAX_CHUNK_NODES)
+    src_sorted, dst_sorted = plan.sources, plan.destinations
+    chunks = [_Chunk(start, stop, [
+        dgl.create_block((src_sorted[piece], dst_sorted[piece] - start), num_src_nodes=num_nodes,
+                         num_dst_nodes=stop - start) for piece in pieces] if blocks else [])
+              for start, stop, pieces in plan.ranges]
+    return chunks, (torch.from_numpy(plan.indptr), src_sorted.contiguous())
 
 
 def _progress(iterable, enabled: bool, **kwargs):
