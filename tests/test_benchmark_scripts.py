@@ -101,3 +101,16 @@ def test_pse_families_reports_time_memory_and_refusals(capsys):
     out = capsys.readouterr().out
     assert "| path | 6,000 | 5,999 |" in out and "| star | 6,000 | 5,999 |" in out
     assert out.count("| refused |") == 2 and "above sparse_limit=5,500" in out
+
+
+def test_downstream_speed_times_both_sides_with_equal_parameters(capsys):
+    pytest.importorskip("moses")
+    pytest.importorskip("torch_geometric")
+    result = _script("downstream_speed").main(["--quick", "--models", "gine", "--precisions", "fp32,bf16"])
+    assert {(r["precision"], r["part"]) for r in result["records"]} == {
+        (p, part) for p in ("fp32", "bf16") for part in ("model only", "whole epoch")}
+    ours, pyg = result["parameters"]["gine"]
+    assert ours == pyg
+    shares = result["profiles"]["gine"]["ours"]
+    assert abs(sum(shares.values()) - 1) < 1e-6
+    assert "PyG / ours" in capsys.readouterr().out

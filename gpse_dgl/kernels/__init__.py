@@ -5,8 +5,9 @@ Four paths, named so in ``gpse-dgl info``, in ``metrics.json`` (``environment.ke
 =============  =================================================================================================
 ``dgl``        DGL's sparse kernels (``dgl.ops``): the message-passing ops of :mod:`gpse_dgl.nn.ops` where DGL
                runs on the device (backend ``"auto"``) or where ``backend="dgl"`` asks for them
-``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum, dropout
-               noise, the encoder's residual step; float32 (and bfloat16 rows where said) on the CPU
+``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum, GINE's
+               ReLU sum (:mod:`.relu_sum`), dropout noise, the encoder's residual step; float32 (and bfloat16
+               rows where said) on the CPU
 ``triton``     the Triton kernels of :mod:`.triton_kernels` (:mod:`.gpu`): the gated sum and the eval-mode
                residual update, on CUDA without autograd
 ``torch``      plain torch ops (:mod:`gpse_dgl.nn`): wherever no kernel above takes the operands
@@ -44,7 +45,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
-from . import cpu, dropout, gpu, residual
+from . import cpu, dropout, gpu, relu_sum, residual
 from .cpu import GatedCSR, PackedSources, accumulates_in_place, pack_sources, packed_gated_sum, packed_shape
 from .dropout import draw_seed
 
@@ -77,6 +78,7 @@ class Kernel:
 KERNELS = (
     Kernel("gated_sum", "triton", "cuda", False, lambda g, k, q, v: gpu.supports(k, q, v), gpu.gated_sum),
     Kernel("gated_sum", "fused-cpu", "cpu", True, lambda g, k, q, v: cpu.supports(k, q, v), cpu.gated_sum),
+    Kernel("relu_sum", "fused-cpu", "cpu", True, relu_sum.supports, relu_sum.relu_sum),
     Kernel("dropout_noise", "fused-cpu", "cpu", True, dropout.supports, dropout.noise),
     Kernel("normalized_residual", "fused-cpu", "cpu", True, residual.supports, residual.normalized_residual),
     Kernel("normalized_residual_", "fused-cpu", "cpu", False, residual.supports, residual.normalized_residual_),
@@ -129,15 +131,19 @@ def dgl_supports(device_type: str) -> bool:
         return False
 
 
+#: Ops whose ``"auto"`` backend is ``"torch"`` everywhere: their own kernels, and even their plain torch ops on
+#: the CPU, beat DGL's (``benchmarks/RESULTS.md``).
+TORCH_FIRST = ("gated_sum", "relu_sum")
+
+
 def resolve_backend(backend: str | None, device: torch.device, op: str | None = None) -> str:
     """``backend`` (None: ``GPSE_DGL_BACKEND``, default ``"auto"``) as ``"dgl"`` or ``"torch"`` for tensors on
-    ``device``. ``"auto"`` is ``"dgl"`` where DGL runs on the device, except for the gated sum, whose own
-    kernels (and its chunked torch ops) are faster and leaner than DGL's (``benchmarks/RESULTS.md``)."""
+    ``device``. ``"auto"`` is ``"dgl"`` where DGL runs on the device, except for the ops of :data:`TORCH_FIRST`."""
     backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
     if backend not in BACKENDS:
         raise ValueError(f"unknown message-passing backend {backend!r}; choose one of {BACKENDS}")
     if backend == "auto":
-        return "dgl" if op != "gated_sum" and dgl_supports(torch.device(device).type) else "torch"
+        return "dgl" if op not in TORCH_FIRST and dgl_supports(torch.device(device).type) else "torch"
     return backend
 
 

@@ -159,7 +159,7 @@ class GatedCSR:
     object (:meth:`of`)."""
 
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-        self.dst_indptr, self.dst_index = _csr(dst, src, num_dst)
+        self.dst_indptr, self.dst_index = csr(dst, src, num_dst)
         self.num_src, self.num_dst = num_src, num_dst
         self._edges = (src, dst)
 
@@ -167,7 +167,7 @@ class GatedCSR:
     def by_source(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``(indptr, destinations)`` of each source's out-edges: only gradients read them."""
         src, dst = self._edges
-        return _csr(src, dst, self.num_src)
+        return csr(src, dst, self.num_src)
 
     @classmethod
     def of(cls, graph) -> "GatedCSR":
@@ -180,7 +180,8 @@ class GatedCSR:
         return cached
 
 
-def _csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(indptr, cols sorted by row, stably)``: the CSR the kernels read (int64 on the CPU)."""
     order = torch.argsort(rows, stable=True)
     indptr = torch.zeros(num_rows + 1, dtype=torch.int64)
     indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=num_rows), 0)

@@ -45,7 +45,7 @@ from ..kernels import BACKENDS, dgl_supports, resolve_backend
 from ..utils.precision import accumulation_dtype, to_accumulation
 
 __all__ = ["BACKENDS", "copy_e_sum", "copy_u_mean", "copy_u_sum", "dgl_supports", "edge_index", "edge_softmax",
-           "gated_sum", "in_degrees", "out_degrees", "readout", "resolve_backend", "segment_ids", "segment_reduce",
+           "gated_sum", "in_degrees", "relu_sum", "out_degrees", "readout", "resolve_backend", "segment_ids", "segment_reduce",
            "u_add_v", "u_mul_e_sum"]
 
 
@@ -80,8 +80,10 @@ def _gather(feat: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     The backward of an index adds up the gradients of every edge that read a row, in the dtype of the
     indexed tensor; in bf16 such a sum stops growing after a few hundred terms of one sign (a node of
     degree 1,024 gets half its gradient), so low-precision rows are gathered from a float32 copy.
+    ``index_select``, not ``feat[index]``: its backward is an ``index_add_`` (one pass over the rows),
+    where indexing's is an ``index_put_`` with accumulation (a sort of the index, every backward).
     """
-    return to_accumulation(feat)[index]
+    return to_accumulation(feat).index_select(0, index)
 
 
 def _dgl_kernel(kernel, graph, *tensors):
@@ -147,6 +149,32 @@ def copy_e_sum(graph, edge_feat, backend=None):
         return _dgl_kernel(dgl.ops.copy_e_sum, graph, edge_feat)
     _, dst = edge_index(graph, edge_feat.device)
     return _scatter_sum(edge_feat, dst, graph.num_dst_nodes())
+
+
+def relu_sum(graph, src_feat, edge_feat, backend=None):
+    """``out[v] = sum_{e = (u, v)} relu(src_feat[u] + edge_feat[e])``: GINE's aggregation (float32 for bf16/fp16).
+
+    ``"torch"`` On the CPU with float32 or bfloat16 rows of one width: the fused C++ kernel of
+                :mod:`gpse_dgl.kernels.relu_sum` (no ``(E, d)`` message tensor, forward or backward), when it
+                could be built; otherwise gather, add, ReLU and ``index_add_`` (whose backward is a gather).
+    ``"dgl"``   the same messages summed by DGL's ``copy_e_sum``.
+
+    ``None``/``"auto"`` picks ``"torch"`` for this op, as for :func:`gated_sum`: on the CPU the kernel, and
+    even the unfused torch sum, beat DGL's (its ``copy_e_sum`` backward materialises a gather of the
+    gradient per edge either way). Messages are added in float32 in the kernel and in the inputs' promoted
+    dtype on the unfused paths; every sum is float32.
+    """
+    backend = resolve_backend(backend, src_feat.device, "relu_sum")
+    if backend == "torch":
+        dtype = torch.promote_types(src_feat.dtype, edge_feat.dtype)
+        summed = kernels.run("relu_sum", graph, src_feat.to(dtype), edge_feat.to(dtype), autograd=True)
+        if summed is not None:
+            return summed
+    messages = torch.relu(copy_u(graph, src_feat) + edge_feat)
+    if backend == "dgl":
+        return copy_e_sum(graph, messages, backend="dgl")
+    _, dst = edge_index(graph, src_feat.device)
+    return _scatter_sum(messages, dst, graph.num_dst_nodes())
 
 
 def u_mul_e_sum(graph, src_feat, edge_feat, backend=None):

@@ -64,6 +64,6 @@ class GINEConv(nn.Module):
         """``(graph, (N_src, d_in), (E, d_edge)) -> (N_dst, d_out)``."""
         if self.edge_proj is not None:
             edge_feat = self.edge_proj(edge_feat)
-        messages = torch.relu(ops.copy_u(graph, feat, backend=self.backend) + edge_feat)
-        h = (1 + self.eps) * dst_features(graph, feat) + ops.copy_e_sum(graph, messages, backend=self.backend)
+        agg = ops.relu_sum(graph, feat, edge_feat, backend=self.backend)  # float32 under bf16 autocast
+        h = (1 + self.eps) * dst_features(graph, feat) + agg
         return self.apply_func(h) if self.apply_func is not None else h

@@ -72,13 +72,15 @@ class GlobalSelfAttention(nn.Module):
         graph_id, slot, n_max = dense_batch_index(graph, feat.device)
         if n_max == 0:
             return feat
-        batch_size = graph.batch_size
-        dense = feat.new_zeros(batch_size, n_max, feat.shape[-1])
-        dense[graph_id, slot] = feat
+        batch_size, d = graph.batch_size, feat.shape[-1]
+        # rows by flat slot, with index_copy / index_select: backwards a gather and an index_add_ (indexing's
+        # backward, an index_put_ with accumulation, sorts the index every step)
+        flat = graph_id * n_max + slot
+        dense = feat.new_zeros(batch_size * n_max, d).index_copy(0, flat, feat).view(batch_size, n_max, d)
         padding = torch.ones(batch_size, n_max, dtype=torch.bool, device=feat.device)
         padding[graph_id, slot] = False
         # A graph without nodes would mask every key and make softmax NaN; its (unused) first slot
         # is unmasked instead so the padded rows stay finite.
         padding[:, 0] = False
         out = self.attention(dense, dense, dense, key_padding_mask=padding, need_weights=False)[0]
-        return out[graph_id, slot]
+        return out.reshape(batch_size * n_max, d).index_select(0, flat)

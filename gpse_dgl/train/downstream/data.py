@@ -7,6 +7,7 @@ rows and targets.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +16,7 @@ from ... import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 import dgl
 import dgl.function as fn
 
+from ...data.collate import GraphCollator
 from ...data.registry import load_dataset
 from ...data.tables import columns_note, records_note
 from ...data.user_data import recipe_data_options
@@ -39,6 +41,11 @@ class Prepared:
     node_kind: str | None         # "ogb-atom", "categorical", "float" or None
     edge_kind: str | None
     feature_info: dict
+
+    @functools.cached_property
+    def collator(self) -> GraphCollator:
+        """Batches of :attr:`graphs` by index (``dgl.batch``'s result at a fraction of its cost)."""
+        return GraphCollator(self.graphs)
 
 
 def prepare_data(recipe: dict, dataset=None, device=None, progress: bool = False, log=None,
@@ -97,6 +104,6 @@ def graph_batches(prepared: Prepared, indices: torch.Tensor, batch_size: int):
     indices = indices.tolist()
     for start in range(0, len(indices), batch_size):
         idx = indices[start:start + batch_size]
-        graph = dgl.batch([prepared.graphs[i] for i in idx])
+        graph = prepared.collator.batch(idx)
         pe = prepared.table.gather(idx) if prepared.table is not None else None
         yield graph, pe, prepared.labels[idx]

@@ -169,9 +169,9 @@ class Trainer:
             pred, target = data_parallel.gather_batch(pred, batch[-1].to(pred.device))
             target = target.cpu()
             losses.append((self._step(pred, target), len(target)))
-            preds.append(self._unscale(pred.detach().cpu()))
+            preds.append(pred.detach())  # on the device: one copy to the host per epoch, not one sync per step
             targets.append(target)
-        return preds, targets, losses
+        return self._on_host(preds), targets, losses
 
     def _train_full_graph(self):
         g, target = self.prepared.graphs[0], self.prepared.labels
@@ -186,9 +186,9 @@ class Trainer:
         for pred, target in self._sampled_outputs(self.plan.splits["train"], self.general["batch_size"],
                                                   ("sampling", epoch), shuffle=True, dropout_seed=dropout_seed):
             losses.append((self._step(pred, target), len(target)))
-            preds.append(self._unscale(pred.detach().cpu()))
+            preds.append(pred.detach())
             targets.append(target)
-        return preds, targets, losses
+        return self._on_host(preds), targets, losses
 
     def _sampled_outputs(self, nodes: torch.Tensor, batch_size: int, key: tuple, shuffle: bool,
                          dropout_seed: int | None = None):
@@ -269,9 +269,16 @@ class Trainer:
     def _split_scores(self, pred, target) -> dict:
         return self._scores([pred], [target], [(compute_loss(self.spec.loss, pred, target), len(target))])
 
+    def _on_host(self, preds: list) -> list:
+        """A training epoch's raw outputs (on the device) as one host tensor in the targets' units."""
+        return [self._unscale(torch.cat(preds).cpu())] if preds else []
+
     def _scores(self, preds, targets, losses) -> dict:
         count = sum(n for _, n in losses)
-        loss = sum(float(value) * n for value, n in losses) / max(count, 1)
+        # the step losses stay where they were computed until here: one transfer per epoch
+        values = [torch.as_tensor(value).detach().reshape(()).double() for value, _ in losses]
+        weights = torch.tensor([float(n) for _, n in losses], dtype=torch.float64)
+        loss = float((torch.stack(values).cpu() * weights).sum()) / max(count, 1) if losses else 0.0
         if not preds:
             return {"loss": math.nan, "metric": math.nan}
         return {"loss": loss, "metric": self.spec.score(torch.cat(targets), torch.cat(preds).float())}

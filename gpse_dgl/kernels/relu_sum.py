@@ -1,0 +1,89 @@
+"""GINE's aggregation ``out[v] = sum_{e = (u, v)} relu(x[u] + ef[e])`` with the compiled CPU kernel.
+
+With torch ops every edge's message ``relu(x[u] + ef[e])`` is a row of an ``(E, d)`` tensor: the gather
+writes it, the add and the ReLU read and write it, the sum reads it, and autograd keeps it (and the gather's
+copy) for the backward pass. ``csrc/relu_sum.cpp`` reads ``x[u]`` and ``ef[e]`` once per edge and sums in
+registers, by destination; backward it writes the edge features' gradient
+``grad_ef[e] = grad_out[v] * (x[u] + ef[e] > 0)`` by destination, then sums it by source into ``grad_x``
+(two passes, no atomics). Nothing per edge is kept between the passes but the inputs themselves. Rows are
+float32 or bfloat16, sums float32 (the precision contract of :mod:`gpse_dgl.nn.ops`), the result float32;
+each node's edges are summed in edge-id order on one thread, so the result does not depend on the number of
+threads.
+
+Example
+-------
+>>> import dgl, torch
+>>> from gpse_dgl import kernels
+>>> g = dgl.graph(([0, 1, 2], [1, 2, 0]))
+>>> x, ef = torch.randn(3, 4), torch.randn(3, 4)
+>>> out = kernels.run("relu_sum", g, x, ef, autograd=True)  # None where the kernel cannot run
+>>> out is None or torch.allclose(out[1], torch.relu(x[0] + ef[0]))
+True
+"""
+from __future__ import annotations
+
+import torch
+
+from . import cpu
+
+__all__ = ["ReluSumCSR", "relu_sum", "supports"]
+
+
+def supports(graph, x: torch.Tensor, edge_feat: torch.Tensor) -> bool:
+    """Whether the kernel takes these operands: 2-D float32 or bfloat16 rows of one dtype on the CPU, the
+    kernels built."""
+    return cpu.supports(x, edge_feat) and x.shape[1] == edge_feat.shape[1]
+
+
+class ReluSumCSR:
+    """A graph's edges as the kernel reads them: by destination (sources and edge ids) and by source (edge
+    ids), int64 on the CPU, stable (edge-id order within a node); built once per graph object (:meth:`of`)."""
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
+        edge_ids = torch.arange(len(src), dtype=torch.int64)
+        self.dst_indptr, self.dst_eid = cpu.csr(dst, edge_ids, num_dst)
+        self.dst_src = src[self.dst_eid].contiguous()
+        self.src_indptr, self.src_eid = cpu.csr(src, edge_ids, num_src)
+        self.num_src, self.num_dst = num_src, num_dst
+
+    @classmethod
+    def of(cls, graph) -> "ReluSumCSR":
+        cached = graph.__dict__.get("_gpse_relu_sum_csr")
+        if cached is None:
+            src, dst = graph.edges()
+            cached = cls(src.to(torch.int64).cpu(), dst.to(torch.int64).cpu(), graph.num_src_nodes(),
+                         graph.num_dst_nodes())
+            graph.__dict__["_gpse_relu_sum_csr"] = cached
+        return cached
+
+
+class _ReluSum(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, edge_feat, csr):
+        ctx.csr = csr
+        ctx.save_for_backward(x, edge_feat)
+        out = torch.empty((csr.num_dst, x.shape[1]), dtype=torch.float32)
+        cpu.kernel().relu_sum_forward(csr.dst_indptr, csr.dst_src, csr.dst_eid, x, edge_feat, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        x, edge_feat = ctx.saved_tensors
+        csr, module = ctx.csr, cpu.kernel()
+        grad_ef = torch.empty(edge_feat.shape, dtype=torch.float32)  # every row written by the kernel
+        module.relu_sum_grad_edge(csr.dst_indptr, csr.dst_src, csr.dst_eid, x, edge_feat,
+                                  grad_out.to(torch.float32).contiguous(), grad_ef)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_x = torch.empty(x.shape, dtype=x.dtype)
+            module.relu_sum_grad_source(csr.src_indptr, csr.src_eid, grad_ef, grad_x)
+        grad_e = grad_ef.to(edge_feat.dtype) if ctx.needs_input_grad[1] else None
+        return grad_x, grad_e, None
+
+
+def relu_sum(graph, x: torch.Tensor, edge_feat: torch.Tensor) -> torch.Tensor:
+    """``out[v] = sum_{e = (u, v)} relu(x[u] + edge_feat[e])`` as float32 ``(num_dst_nodes, d)``, with autograd
+    (:func:`supports` must hold)."""
+    x = x if x.stride(-1) == 1 else x.contiguous()
+    edge_feat = edge_feat if edge_feat.stride(-1) == 1 else edge_feat.contiguous()
+    return _ReluSum.apply(x, edge_feat, ReluSumCSR.of(graph))

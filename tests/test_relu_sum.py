@@ -1,0 +1,156 @@
+"""GINE's fused aggregation (``ops.relu_sum``, ``kernels/csrc/relu_sum.cpp``): values and gradients against the torch
+path, on the graphs that break kernels, and GINE training unchanged against the code it replaced."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpse_dgl import _env  # noqa: F401
+import dgl
+
+from gpse_dgl import kernels
+from gpse_dgl.kernels import cpu
+from gpse_dgl.kernels import relu_sum as kernel
+from gpse_dgl.nn import ops
+from gpse_dgl.nn.models import build_model
+from gpse_dgl.utils.precision import to_accumulation
+
+needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
+
+
+def _graphs():
+    g = torch.Generator().manual_seed(0)
+    hub_src = torch.arange(1, 3001)
+    yield "isolated nodes, self loops, multi-edges", dgl.graph(
+        (torch.tensor([0, 1, 2, 2, 3, 3, 3, 0, 5, 5]), torch.tensor([1, 2, 0, 0, 3, 1, 1, 1, 1, 5])), num_nodes=8)
+    yield "hub", dgl.graph((torch.cat([hub_src, torch.tensor([0])]), torch.cat([torch.zeros(3000).long(),
+                                                                                  torch.tensor([7])])))
+    yield "random", dgl.graph((torch.randint(0, 50, (400,), generator=g), torch.randint(0, 50, (400,), generator=g)),
+                              num_nodes=53)
+    yield "no edges", dgl.graph(([], []), num_nodes=4)
+    yield "empty", dgl.graph(([], []), num_nodes=0)
+
+
+def _reference(graph, x, e):
+    """The sum in float64 with torch ops."""
+    src, dst = graph.edges()
+    messages = torch.relu(x.double()[src.long()] + e.double())
+    return torch.zeros(graph.num_nodes(), x.shape[1], dtype=torch.float64).index_add_(0, dst.long(), messages)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("case", list(_graphs()), ids=lambda c: c[0])
+def test_values_and_gradients_match_float64(case, dtype, tol):
+    _, graph = case
+    gen = torch.Generator().manual_seed(1)
+    d = 19  # not a multiple of a vector width
+    x = torch.randn(graph.num_nodes(), d, generator=gen).to(dtype).requires_grad_()
+    e = torch.randn(graph.num_edges(), d, generator=gen).to(dtype).requires_grad_()
+    assert kernel.supports(graph, x, e)
+    out = ops.relu_sum(graph, x, e)
+    assert out.dtype == torch.float32 and out.shape == (graph.num_nodes(), d)
+    weight = torch.randn(out.shape, generator=gen)
+    grad_x, grad_e = torch.autograd.grad((out * weight).sum(), (x, e)) if out.numel() else (x, e)
+    x64, e64 = x.detach().double().requires_grad_(), e.detach().double().requires_grad_()
+    ref = _reference(graph, x64, e64)
+    if not ref.numel():
+        return
+    ref_x, ref_e = torch.autograd.grad((ref * weight.double()).sum(), (x64, e64))
+    assert grad_x.dtype == dtype and grad_e.dtype == dtype
+    for got, want in ((out, ref), (grad_x, ref_x), (grad_e, ref_e)):
+        if want.numel():
+            assert (got.double() - want).abs().max() <= tol * (1 + want.abs().max())
+
+
+@needs_kernel
+@pytest.mark.parametrize("backend", ["torch", "dgl"])
+def test_the_kernel_agrees_with_the_unfused_paths(monkeypatch, backend):
+    graph = dgl.graph((torch.randint(0, 30, (200,)), torch.randint(0, 30, (200,))), num_nodes=30)
+    x, e = torch.randn(30, 8, requires_grad=True), torch.randn(200, 8, requires_grad=True)
+    fused = ops.relu_sum(graph, x, e)
+    fused_grads = torch.autograd.grad(fused.sum(), (x, e))
+    monkeypatch.setattr(kernels, "run", lambda *args, **kwargs: None)  # no kernel: the torch / DGL ops
+    plain = ops.relu_sum(graph, x, e, backend=backend)
+    plain_grads = torch.autograd.grad(plain.sum(), (x, e))
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+    for a, b in zip(fused_grads, plain_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+def test_the_result_does_not_depend_on_the_number_of_threads():
+    graph = dgl.graph((torch.randint(0, 500, (6000,)), torch.randint(0, 500, (6000,))), num_nodes=500)
+    x, e = torch.randn(500, 64, requires_grad=True), torch.randn(6000, 64, requires_grad=True)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            out = ops.relu_sum(graph, x, e)
+            results.append((out, *torch.autograd.grad((out * out).sum(), (x, e))))
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+
+
+@needs_kernel
+def test_no_per_edge_message_is_kept_for_backward():
+    graph = dgl.graph((torch.randint(0, 100, (1000,)), torch.randint(0, 100, (1000,))), num_nodes=100)
+    x, e = torch.randn(100, 16, requires_grad=True), torch.randn(1000, 16, requires_grad=True)
+    out = ops.relu_sum(graph, x, e)
+    saved = [t for t in out.grad_fn.saved_tensors]
+    assert len(saved) == 2 and saved[0] is x and saved[1] is e  # the inputs themselves, nothing new per edge
+
+
+def _old_gine_forward(self, graph, feat, edge_feat):
+    """``GINEConv.forward`` before the fused aggregation: indexing gather, DGL's ``copy_e_sum``."""
+    src, _ = ops.edge_index(graph, feat.device)
+    messages = torch.relu(to_accumulation(feat)[src].to(feat.dtype) + edge_feat)
+    with torch.autocast("cpu", enabled=False):
+        summed = dgl.ops.copy_e_sum(graph, to_accumulation(messages))
+    h = (1 + self.eps) * feat + summed
+    return self.apply_func(h)
+
+
+def _train_losses(graphs, steps=5):
+    torch.manual_seed(0)
+    model = build_model("gine", dim_in=None, node_encoder="atom", edge_encoder="bond", dim_out=1, dim_hidden=32,
+                        num_layers=3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for step in range(steps):
+        g = graphs[step % len(graphs)]
+        pred = model(g, g.ndata["x"], g.edata["e"])
+        loss = (pred.squeeze(-1) - g.y).abs().mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def test_gine_training_losses_equal_the_old_path(monkeypatch):
+    gen = torch.Generator().manual_seed(3)
+    graphs = []
+    for _ in range(3):
+        parts = []
+        for _ in range(8):
+            n = int(torch.randint(2, 12, (1,), generator=gen))
+            src = torch.randint(0, n, (2 * n,), generator=gen)
+            dst = torch.randint(0, n, (2 * n,), generator=gen)
+            g = dgl.graph((torch.cat([src, dst]), torch.cat([dst, src])), num_nodes=n)
+            g.ndata["x"] = torch.randint(0, 2, (n, 9), generator=gen)
+            g.edata["e"] = torch.randint(0, 2, (g.num_edges(), 3), generator=gen)
+            parts.append(g)
+        batch = dgl.batch(parts)
+        batch.y = torch.randn(len(parts), generator=gen)
+        graphs.append(batch)
+    new = _train_losses(graphs)
+    from gpse_dgl.nn.models.gine_layer import GINEConv
+
+    monkeypatch.setattr(GINEConv, "forward", _old_gine_forward)
+    old = _train_losses(graphs)
+    torch.testing.assert_close(torch.tensor(new), torch.tensor(old), rtol=1e-5, atol=0)
