@@ -127,3 +127,17 @@ def open_ledger(path: Path, merge: Iterable[Path] = (), fields: Iterable[str] = 
     for other in others:
         log(f"{other.path}: {ledger.merge(other)} run(s) taken into {ledger.path}")
     return ledger
+
+
+def add_sweep_options(parser, ledger: Path, out: Path, figures: Path, out_help: str, report_help: str) -> None:
+    """The options every resumable sweep shares: ``--ledger``, ``--out``, ``--figures``, ``--report-only``,
+    ``--worker I/N`` and ``--merge``."""
+    parser.add_argument("--ledger", type=Path, default=ledger, help="finished runs (JSON)")
+    parser.add_argument("--out", type=Path, default=out, help=f"{out_help} (default: %(default)s)")
+    parser.add_argument("--figures", type=Path, default=figures, help="folder of the PNGs")
+    parser.add_argument("--report-only", action="store_true", help=report_help)
+    parser.add_argument("--worker", default="0/1", metavar="I/N",
+                        help="run every N-th pending run from the I-th (0-based), so that N processes or "
+                             "machines share the sweep; each writes its own --ledger, joined with --merge")
+    parser.add_argument("--merge", action="append", default=[], type=Path, metavar="LEDGER",
+                        help="first take the finished runs of another ledger into --ledger (repeatable)")

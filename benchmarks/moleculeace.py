@@ -54,7 +54,7 @@ sys.path.insert(0, str(HERE))
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from _ledger import Ledger, open_ledger  # noqa: E402
+from _ledger import Ledger, add_sweep_options, open_ledger  # noqa: E402
 from paper_tables import budget_key, host, parse_worker, stats  # noqa: E402
 
 SVM_METHODS = ("ecfp-svm", "gpse-svm", "ecfp+gpse-svm")
@@ -484,16 +484,8 @@ def main(argv=None) -> None:
     parser.add_argument("--gpse-weight", type=float, default=DEFAULT_WEIGHT,
                         help="ecfp+gpse-svm: GPSE's mean squared distance over ECFP's (default: %(default)s)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per GNN run (default: torch's)")
-    parser.add_argument("--ledger", type=Path, default=HERE / "moleculeace.json", help="finished runs (JSON)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "moleculeace",
-                        help="GNN run folders, GPSE encodings, the report (default: %(default)s)")
-    parser.add_argument("--figures", type=Path, default=HERE / "figures", help="folder of the PNGs")
-    parser.add_argument("--report-only", action="store_true", help="only write the report from the ledger")
-    parser.add_argument("--worker", default="0/1", metavar="I/N",
-                        help="run every N-th pending run from the I-th (0-based); each worker writes its own "
-                             "--ledger, joined with --merge")
-    parser.add_argument("--merge", action="append", default=[], type=Path, metavar="LEDGER",
-                        help="first take the finished runs of another ledger into --ledger (repeatable)")
+    add_sweep_options(parser, HERE / "moleculeace.json", ROOT / "runs" / "moleculeace", HERE / "figures",
+                      "GNN run folders, GPSE encodings, the report", "only write the report from the ledger")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: two small design targets, every method, one seed, one epoch")
     args = parser.parse_args(argv)

@@ -64,7 +64,7 @@ sys.path.insert(0, str(HERE))
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from _ledger import Ledger, open_ledger  # noqa: E402  (Ledger: other scripts import it from here)
+from _ledger import Ledger, add_sweep_options, open_ledger  # noqa: E402  (Ledger: other scripts import it from here)
 
 SOURCES = ("none", "rand", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
 EXPLICIT = ("LapPE", "RWSE", "LapPE+RWSE", "AllPSE")
@@ -467,22 +467,14 @@ def main(argv=None) -> None:
     parser.add_argument("--gpse-extra", action="append", default=[], metavar="NAME=CHECKPOINT",
                         help="another GPSE row, e.g. molpcba=gpse_model_molpcba_1.0.pt (repeatable)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
-    parser.add_argument("--ledger", type=Path, default=HERE / "paper_tables.json", help="finished runs (JSON)")
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "paper-tables",
-                        help="run folders (checkpoints for resuming; default: %(default)s)")
-    parser.add_argument("--figures", type=Path, default=HERE / "figures", help="folder of the PNGs")
-    parser.add_argument("--report-only", action="store_true", help="only write the tables and figures so far")
-    parser.add_argument("--worker", default="0/1", metavar="I/N",
-                        help="run every N-th pending run from the I-th (0-based), so that N processes or "
-                             "machines share the sweep; each writes its own --ledger, joined with --merge")
+    add_sweep_options(parser, HERE / "paper_tables.json", ROOT / "runs" / "paper-tables", HERE / "figures",
+                      "run folders (checkpoints for resuming)", "only write the tables and figures so far")
     parser.add_argument("--grid", action="store_true",
                         help="tune every arm on the same grid (input dropout 0 / 0.5 x its own PE encoder / the "
                              "alternative), chosen on validation; the chosen setting is reported per arm")
     parser.add_argument("--device", default=None, metavar="LABEL",
                         help="the device the fingerprints name, e.g. 'cuda:NVIDIA H200' to report runs made on "
                              "it from another machine (default: where this process trains)")
-    parser.add_argument("--merge", action="append", default=[], type=Path, metavar="LEDGER",
-                        help="first take the finished runs of another ledger into --ledger (repeatable)")
     args = parser.parse_args(argv)
 
     from gpse_dgl.utils.errors import GPSEError

@@ -104,7 +104,10 @@ def test_pse_families_reports_time_memory_and_refusals(capsys):
 
 
 def test_downstream_speed_times_both_sides_with_equal_parameters(capsys):
-    pytest.importorskip("moses")
+    from gpse_dgl.data.zinc_replica import moses_smiles_file
+
+    if not moses_smiles_file().exists():  # read from the installed files, never imported (its imports fail)
+        pytest.skip("MOSES' files are not installed (pip install --no-deps molsets)")
     pytest.importorskip("torch_geometric")
     result = _script("downstream_speed").main(["--quick", "--models", "gine", "--precisions", "fp32,bf16"])
     assert {(r["precision"], r["part"]) for r in result["records"]} == {
@@ -114,3 +117,18 @@ def test_downstream_speed_times_both_sides_with_equal_parameters(capsys):
     shares = result["profiles"]["gine"]["ours"]
     assert abs(sum(shares.values()) - 1) < 1e-6
     assert "PyG / ours" in capsys.readouterr().out
+
+
+def test_train_wall_time_refuses_a_folder_that_is_not_a_checkout(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _script("train_wall_time").main(["--baseline", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "is not a checkout of gpse-dgl" in capsys.readouterr().err
+
+
+def test_train_wall_time_stops_with_the_failing_sides_last_line():
+    with pytest.raises(SystemExit) as exc:
+        _script("train_wall_time").main(["--baseline", str(BENCHMARKS.parent), "--rounds", "1", "--no-warm-up",
+                                         "--set", "model.name=no-such-model"])
+    message = str(exc.value.code)
+    assert message.startswith("train_wall_time: ") and "exit 2" in message and "no-such-model" in message

@@ -182,7 +182,7 @@ def _register_builtins() -> None:
     register_model(ModelSpec(
         name="quickstart", num_layers=12, dim_hidden=64, format="gpse-dgl", file_name="gpse_quickstart.pt",
         training_data="embedded-molecules: 3,071 NCI skeletons shipped with RDKit + ring-edited copies",
-        heldout_r2="0.934 test / 0.917 val (benchmarks/RESULTS.md row 32)",
+        heldout_r2="0.934 test / 0.917 val (benchmarks/RESULTS.md section 2a)",
         source="shipped with gpse-dgl (recipes/quickstart.yaml)"))
     for name, (data, r2) in _AUTHORS_DATA.items():
         file_name = f"gpse_model_{name}_1.0.pt"

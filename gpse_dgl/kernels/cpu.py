@@ -171,13 +171,7 @@ class GatedCSR:
 
     @classmethod
     def of(cls, graph) -> "GatedCSR":
-        cached = graph.__dict__.get("_gpse_gated_csr")
-        if cached is None:
-            src, dst = graph.edges()
-            cached = cls(src.to(torch.int64).cpu(), dst.to(torch.int64).cpu(), graph.num_src_nodes(),
-                         graph.num_dst_nodes())
-            graph.__dict__["_gpse_gated_csr"] = cached
-        return cached
+        return cached_on_graph(graph, "_gpse_gated_csr", cls)
 
 
 def csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -186,6 +180,18 @@ def csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Te
     indptr = torch.zeros(num_rows + 1, dtype=torch.int64)
     indptr[1:] = torch.cumsum(torch.bincount(rows, minlength=num_rows), 0)
     return indptr, cols[order].contiguous()
+
+
+def cached_on_graph(graph, key: str, build):
+    """``build(src, dst, num_src, num_dst)`` of ``graph``'s edges (int64, CPU), made once and kept on the graph
+    object under ``key``: the kernels' CSR layouts are built per graph, not per call."""
+    cached = graph.__dict__.get(key)
+    if cached is None:
+        src, dst = graph.edges()
+        cached = build(src.to(torch.int64).cpu(), dst.to(torch.int64).cpu(), graph.num_src_nodes(),
+                       graph.num_dst_nodes())
+        graph.__dict__[key] = cached
+    return cached
 
 
 def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

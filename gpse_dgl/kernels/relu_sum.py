@@ -48,13 +48,7 @@ class ReluSumCSR:
 
     @classmethod
     def of(cls, graph) -> "ReluSumCSR":
-        cached = graph.__dict__.get("_gpse_relu_sum_csr")
-        if cached is None:
-            src, dst = graph.edges()
-            cached = cls(src.to(torch.int64).cpu(), dst.to(torch.int64).cpu(), graph.num_src_nodes(),
-                         graph.num_dst_nodes())
-            graph.__dict__["_gpse_relu_sum_csr"] = cached
-        return cached
+        return cpu.cached_on_graph(graph, "_gpse_relu_sum_csr", cls)
 
 
 class _ReluSum(torch.autograd.Function):
