@@ -123,7 +123,8 @@ def test_two_node_torchrun_pretraining_epoch(hosts, tmp_path):
     assert ran["world_size"] == 2 and ran["backend"] == "gloo" and ran["local_processes"] == 1
 
 
-_HOLDER = ("import os, time, dgl, torch; from gpse_dgl.distributed.runtime import join_trainer; t = join_trainer(); "
+# gpse_dgl before dgl: with DGL 2.1 (Python 3.12) the package's import guard must run first (docs/INSTALL.md)
+_HOLDER = ("import os, time, torch; from gpse_dgl.distributed.runtime import join_trainer; import dgl; t = join_trainer(); "
            "x = dgl.distributed.DistTensor((t.info['num_nodes'], 64), torch.float32, 'held', "
            "part_policy=t.graph.get_node_partition_policy('_N'), persistent=True); "
            "print('joined', os.getpid(), flush=True); time.sleep(300)")
