@@ -3,7 +3,7 @@
 The graph servers and trainers of a run keep DGL's key-value store in shared memory, files
 ``/dev/shm/gpse-<run id>-p<partition>-*`` on every host (:func:`~gpse_dgl.distributed.runtime.shared_memory_prefix`).
 The launcher removes them when the run ends or fails; a launcher killed with SIGKILL cannot (its
-processes die with it, by their parent-death signal or the hang-up of their ssh session, but the files
+processes die with it, by their parent-death signal or the hang-up of their ssh connection, but the files
 stay: about 2 KB per node of the graph). So the launcher writes ``LOGS/processes.json`` (:func:`record`)
 before it starts anything: its own pid, the run id, the hosts and how they were reached. The next launch
 into the same directory, or ``gpse-dgl launch --cleanup DIR``, finds the record of a launcher that is
