@@ -31,29 +31,31 @@ def _graphs():
     yield "empty", dgl.graph(([], []), num_nodes=0)
 
 
-def _reference(graph, x, e):
-    """The sum in float64 with torch ops."""
+def _reference(graph, x, e, self_weight=0.0):
+    """The sum (and the self term) in float64 with torch ops."""
     src, dst = graph.edges()
     messages = torch.relu(x.double()[src.long()] + e.double())
-    return torch.zeros(graph.num_nodes(), x.shape[1], dtype=torch.float64).index_add_(0, dst.long(), messages)
+    summed = torch.zeros(graph.num_nodes(), x.shape[1], dtype=torch.float64).index_add_(0, dst.long(), messages)
+    return summed + self_weight * x.double()
 
 
 @needs_kernel
+@pytest.mark.parametrize("self_weight", [0.0, 1.25])
 @pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
 @pytest.mark.parametrize("case", list(_graphs()), ids=lambda c: c[0])
-def test_values_and_gradients_match_float64(case, dtype, tol):
+def test_values_and_gradients_match_float64(case, dtype, tol, self_weight):
     _, graph = case
     gen = torch.Generator().manual_seed(1)
     d = 19  # not a multiple of a vector width
     x = torch.randn(graph.num_nodes(), d, generator=gen).to(dtype).requires_grad_()
     e = torch.randn(graph.num_edges(), d, generator=gen).to(dtype).requires_grad_()
     assert kernel.supports(graph, x, e)
-    out = ops.relu_sum(graph, x, e)
+    out = ops.relu_sum(graph, x, e, self_weight=self_weight)
     assert out.dtype == torch.float32 and out.shape == (graph.num_nodes(), d)
     weight = torch.randn(out.shape, generator=gen)
     grad_x, grad_e = torch.autograd.grad((out * weight).sum(), (x, e)) if out.numel() else (x, e)
     x64, e64 = x.detach().double().requires_grad_(), e.detach().double().requires_grad_()
-    ref = _reference(graph, x64, e64)
+    ref = _reference(graph, x64, e64, self_weight)
     if not ref.numel():
         return
     ref_x, ref_e = torch.autograd.grad((ref * weight.double()).sum(), (x64, e64))
@@ -68,10 +70,10 @@ def test_values_and_gradients_match_float64(case, dtype, tol):
 def test_the_kernel_agrees_with_the_unfused_paths(monkeypatch, backend):
     graph = dgl.graph((torch.randint(0, 30, (200,)), torch.randint(0, 30, (200,))), num_nodes=30)
     x, e = torch.randn(30, 8, requires_grad=True), torch.randn(200, 8, requires_grad=True)
-    fused = ops.relu_sum(graph, x, e)
+    fused = ops.relu_sum(graph, x, e, self_weight=0.5)
     fused_grads = torch.autograd.grad(fused.sum(), (x, e))
     monkeypatch.setattr(kernels, "run", lambda *args, **kwargs: None)  # no kernel: the torch / DGL ops
-    plain = ops.relu_sum(graph, x, e, backend=backend)
+    plain = ops.relu_sum(graph, x, e, backend=backend, self_weight=0.5)
     plain_grads = torch.autograd.grad(plain.sum(), (x, e))
     torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
     for a, b in zip(fused_grads, plain_grads):
@@ -99,9 +101,13 @@ def test_the_result_does_not_depend_on_the_number_of_threads():
 def test_no_per_edge_message_is_kept_for_backward():
     graph = dgl.graph((torch.randint(0, 100, (1000,)), torch.randint(0, 100, (1000,))), num_nodes=100)
     x, e = torch.randn(100, 16, requires_grad=True), torch.randn(1000, 16, requires_grad=True)
-    out = ops.relu_sum(graph, x, e)
-    saved = [t for t in out.grad_fn.saved_tensors]
-    assert len(saved) == 2 and saved[0] is x and saved[1] is e  # the inputs themselves, nothing new per edge
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        ops.relu_sum(graph, x, e, self_weight=1.0)
+    csr = kernel.ReluSumCSR.of(graph)
+    kept = [x, e, csr.dst_indptr, csr.dst_src, csr.dst_eid, csr.src_indptr, csr.src_eid]
+    # the inputs themselves and the graph's cached CSR, nothing new per edge
+    assert len(saved) == len(kept) and all(any(t is k for k in kept) for t in saved)
 
 
 def _old_gine_forward(self, graph, feat, edge_feat):

@@ -1,11 +1,13 @@
-"""GINE's aggregation ``out[v] = sum_{e = (u, v)} relu(x[u] + ef[e])`` with the compiled CPU kernel.
+"""GINE's aggregation ``out[v] = w x[v] + sum_{e = (u, v)} relu(x[u] + ef[e])`` with the compiled CPU kernel.
 
 With torch ops every edge's message ``relu(x[u] + ef[e])`` is a row of an ``(E, d)`` tensor: the gather
 writes it, the add and the ReLU read and write it, the sum reads it, and autograd keeps it (and the gather's
 copy) for the backward pass. ``csrc/relu_sum.cpp`` reads ``x[u]`` and ``ef[e]`` once per edge and sums in
 registers, by destination; backward it writes the edge features' gradient
 ``grad_ef[e] = grad_out[v] * (x[u] + ef[e] > 0)`` by destination, then sums it by source into ``grad_x``
-(two passes, no atomics). Nothing per edge is kept between the passes but the inputs themselves. Rows are
+(two passes, no atomics), adding ``w grad_out[u]`` for GINE's self term ``w = 1 + eps``. Nothing per edge is kept
+between the passes but the inputs themselves. The autograd function is C++'s own (``csrc/relu_sum.cpp``): on a
+batch of small molecules the Python of a ``torch.autograd.Function`` cost more than its kernels. Rows are
 float32 or bfloat16, sums float32 (the precision contract of :mod:`gpse_dgl.nn.ops`), the result float32;
 each node's edges are summed in edge-id order on one thread, so the result does not depend on the number of
 threads.
@@ -51,33 +53,11 @@ class ReluSumCSR:
         return cpu.cached_on_graph(graph, "_gpse_relu_sum_csr", cls)
 
 
-class _ReluSum(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, edge_feat, csr):
-        ctx.csr = csr
-        ctx.save_for_backward(x, edge_feat)
-        out = torch.empty((csr.num_dst, x.shape[1]), dtype=torch.float32)
-        cpu.kernel().relu_sum_forward(csr.dst_indptr, csr.dst_src, csr.dst_eid, x, edge_feat, out)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        x, edge_feat = ctx.saved_tensors
-        csr, module = ctx.csr, cpu.kernel()
-        grad_ef = torch.empty(edge_feat.shape, dtype=torch.float32)  # every row written by the kernel
-        module.relu_sum_grad_edge(csr.dst_indptr, csr.dst_src, csr.dst_eid, x, edge_feat,
-                                  grad_out.to(torch.float32).contiguous(), grad_ef)
-        grad_x = None
-        if ctx.needs_input_grad[0]:
-            grad_x = torch.empty(x.shape, dtype=x.dtype)
-            module.relu_sum_grad_source(csr.src_indptr, csr.src_eid, grad_ef, grad_x)
-        grad_e = grad_ef.to(edge_feat.dtype) if ctx.needs_input_grad[1] else None
-        return grad_x, grad_e, None
-
-
-def relu_sum(graph, x: torch.Tensor, edge_feat: torch.Tensor) -> torch.Tensor:
-    """``out[v] = sum_{e = (u, v)} relu(x[u] + edge_feat[e])`` as float32 ``(num_dst_nodes, d)``, with autograd
-    (:func:`supports` must hold)."""
+def relu_sum(graph, x: torch.Tensor, edge_feat: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
+    """``out[v] = self_weight * x[v] + sum_{e = (u, v)} relu(x[u] + edge_feat[e])`` as float32
+    ``(num_dst_nodes, d)``, with autograd (:func:`supports` must hold)."""
     x = x if x.stride(-1) == 1 else x.contiguous()
     edge_feat = edge_feat if edge_feat.stride(-1) == 1 else edge_feat.contiguous()
-    return _ReluSum.apply(x, edge_feat, ReluSumCSR.of(graph))
+    csr = ReluSumCSR.of(graph)
+    return cpu.kernel().relu_sum(x, edge_feat, float(self_weight), csr.dst_indptr, csr.dst_src, csr.dst_eid,
+                                 csr.src_indptr, csr.src_eid)

@@ -28,7 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["BatchNorm1d", "single_row"]
+from .. import kernels
+
+__all__ = ["BatchNorm1d", "batch_norm_act", "single_row"]
 
 
 def single_row(x: torch.Tensor) -> bool:
@@ -51,3 +53,48 @@ class BatchNorm1d(nn.BatchNorm1d):
         if self.affine:
             y = y * self.weight + self.bias  # through the parameters, so they keep their gradients
         return y
+
+
+def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = None, relu: bool = False,
+                   post: torch.Tensor | None = None) -> torch.Tensor:
+    r"""``act(norm(x + pre)) + post``: the normalisation step of the downstream layers in one op where it can.
+
+    .. math:: y = \mathrm{act}\big(\mathrm{norm}(x + \mathit{pre})\big) + \mathit{post}
+
+    ``act`` is ReLU with ``relu=True``, the identity otherwise; ``pre`` and ``post`` are optional. With a
+    ``BatchNorm1d`` on float32 CPU rows this is the ``fused-cpu`` kernel of
+    :mod:`gpse_dgl.kernels.batch_norm_act` (one autograd node instead of up to four), with the module's own
+    conventions: batch statistics in training, moving the running ones and counting ``num_batches_tracked``; the
+    running ones in evaluation; and :class:`BatchNorm1d`'s rule for a training batch of one row. Anything else
+    (another norm, ``nn.Identity``, bf16 rows, CUDA) runs the same steps as torch ops.
+
+    Example
+    -------
+    >>> import torch
+    >>> norm = BatchNorm1d(4).train()
+    >>> x, res = torch.randn(6, 4), torch.randn(6, 4)
+    >>> y = batch_norm_act(norm, x, relu=True, post=res)
+    >>> torch.allclose(y, torch.relu(BatchNorm1d(4).train()(x)) + res, atol=1e-6)
+    True
+    """
+    if isinstance(norm, nn.BatchNorm1d) and x.dim() == 2 and x.shape[0] > 0:
+        track = norm.running_mean is not None and norm.running_var is not None
+        batch_stats = norm.training or not track
+        if batch_stats and track and single_row(x):
+            batch_stats = False  # BatchNorm1d's rule: one row normalises with the running statistics, unchanged
+        fused = not (batch_stats and x.shape[0] < 2)  # one row without running statistics: BatchNorm1d's own rule
+        update = batch_stats and norm.training and track
+        momentum = 0.0
+        if update:
+            momentum = norm.momentum if norm.momentum is not None else 1.0 / (float(norm.num_batches_tracked) + 1)
+        running = (norm.running_mean, norm.running_var) if (update or not batch_stats) else (None, None)
+        out = kernels.run("batch_norm_act", x, pre, post, norm.weight, norm.bias, *running, autograd=True,
+                          batch_stats=batch_stats, relu=relu, momentum=momentum, eps=norm.eps) if fused else None
+        if out is not None:
+            if update:
+                norm.num_batches_tracked.add_(1)
+            return out
+    out = norm(x if pre is None else x + pre)
+    if relu:
+        out = F.relu(out)
+    return out if post is None else post + out

@@ -151,8 +151,9 @@ def copy_e_sum(graph, edge_feat, backend=None):
     return _scatter_sum(edge_feat, dst, graph.num_dst_nodes())
 
 
-def relu_sum(graph, src_feat, edge_feat, backend=None):
-    """``out[v] = sum_{e = (u, v)} relu(src_feat[u] + edge_feat[e])``: GINE's aggregation (float32 for bf16/fp16).
+def relu_sum(graph, src_feat, edge_feat, backend=None, self_weight: float = 0.0):
+    """``out[v] = self_weight * src_feat[v] + sum_{e = (u, v)} relu(src_feat[u] + edge_feat[e])``: GINE's aggregation
+    with its self term ``(1 + eps) h_v`` (float32 for bf16/fp16; ``v`` runs over the destination nodes).
 
     ``"torch"`` On the CPU with float32 or bfloat16 rows of one width: the fused C++ kernel of
                 :mod:`gpse_dgl.kernels.relu_sum` (no ``(E, d)`` message tensor, forward or backward), when it
@@ -162,19 +163,25 @@ def relu_sum(graph, src_feat, edge_feat, backend=None):
     ``None``/``"auto"`` picks ``"torch"`` for this op, as for :func:`gated_sum`: on the CPU the kernel, and
     even the unfused torch sum, beat DGL's (its ``copy_e_sum`` backward materialises a gather of the
     gradient per edge either way). Messages are added in float32 in the kernel and in the inputs' promoted
-    dtype on the unfused paths; every sum is float32.
+    dtype on the unfused paths; every sum is float32. The kernel starts each destination's sum at its self term,
+    the unfused paths add the self term to the sum: equal up to float32 rounding.
     """
     backend = resolve_backend(backend, src_feat.device, "relu_sum")
     if backend == "torch":
         dtype = torch.promote_types(src_feat.dtype, edge_feat.dtype)
-        summed = kernels.run("relu_sum", graph, src_feat.to(dtype), edge_feat.to(dtype), autograd=True)
+        summed = kernels.run("relu_sum", graph, src_feat.to(dtype), edge_feat.to(dtype), autograd=True,
+                             self_weight=self_weight)
         if summed is not None:
             return summed
     messages = torch.relu(copy_u(graph, src_feat) + edge_feat)
     if backend == "dgl":
-        return copy_e_sum(graph, messages, backend="dgl")
-    _, dst = edge_index(graph, src_feat.device)
-    return _scatter_sum(messages, dst, graph.num_dst_nodes())
+        summed = copy_e_sum(graph, messages, backend="dgl")
+    else:
+        _, dst = edge_index(graph, src_feat.device)
+        summed = _scatter_sum(messages, dst, graph.num_dst_nodes())
+    if self_weight:
+        summed = self_weight * src_feat[: graph.num_dst_nodes()].to(summed.dtype) + summed
+    return summed
 
 
 def u_mul_e_sum(graph, src_feat, edge_feat, backend=None):

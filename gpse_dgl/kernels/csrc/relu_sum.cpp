@@ -1,10 +1,14 @@
-// GINE's aggregation out[v] = sum_{e = (u, v)} relu(x[u] + ef[e]) and its gradients, without an (E, d) message.
+// GINE's aggregation out[v] = w x[v] + sum_{e = (u, v)} relu(x[u] + ef[e]) and its gradients, without an (E, d)
+// message; w is GINE's 1 + eps (0: the sum alone).
 //
 // Forward: by destination (CSR of the in-edges: their sources and edge ids), one pass; each edge reads x[u] and
 // ef[e] once and adds relu(x[u] + ef[e]) to a float32 row held while its destination is summed.
 // Backward, two passes and no atomics:
 //   1. by destination: grad_ef[e] = grad_out[v] * (x[u] + ef[e] > 0), every edge's row written once (float32);
-//   2. by source (CSR of the out-edges: their edge ids): grad_x[u] = sum over u's out-edges of grad_ef[e].
+//   2. by source (CSR of the out-edges: their edge ids): grad_x[u] = w grad_out[u] + sum over u's out-edges of
+//      grad_ef[e].
+// The autograd function (ReluSum, bound as `relu_sum`) is C++'s own: no Python runs between the passes, forward or
+// backward, which at a batch of small molecules costs more than the kernels themselves.
 // Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
 // so the result does not depend on the number of threads.
 #include "gated_sum.h"
@@ -17,11 +21,17 @@ using gated::store;
 
 template <typename T>
 void forward_kernel(const int64_t* indptr, const int64_t* src, const int64_t* eid, Rows<T> x, Rows<T> ef,
-                    float* out, int64_t n, int64_t d) {
+                    float self_weight, float* out, int64_t n, int64_t d) {
   at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t v = begin; v < end; ++v) {
       float* acc = out + v * d;
-      std::fill(acc, acc + d, 0.0f);
+      if (self_weight != 0.0f) {
+        const T* xv = x[v];
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * load(xv, j);
+      } else {
+        std::fill(acc, acc + d, 0.0f);
+      }
       for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
         if (e + gated::kPrefetchAhead < indptr[v + 1]) {
           gated::prefetch_row(x[src[e + gated::kPrefetchAhead]], d);
@@ -53,14 +63,21 @@ void grad_edge_kernel(const int64_t* indptr, const int64_t* src, const int64_t* 
   });
 }
 
-// Pass 2: grad_x[u] (T, every row written) = sum over u's out-edges (edge ids `eid`) of grad_ef[e], in float32.
+// Pass 2: grad_x[u] (T, every row written) = w grad_out[u] (destinations u < n_dst only) + the sum over u's
+// out-edges (edge ids `eid`) of grad_ef[e], in float32.
 template <typename T>
-void grad_source_kernel(const int64_t* indptr, const int64_t* eid, const float* grad_ef, T* grad_x, int64_t n,
-                        int64_t d) {
+void grad_source_kernel(const int64_t* indptr, const int64_t* eid, const float* grad_ef, const float* grad_out,
+                        float self_weight, int64_t n_dst, T* grad_x, int64_t n, int64_t d) {
   at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> acc(d);
     for (int64_t u = begin; u < end; ++u) {
-      std::fill(acc.begin(), acc.end(), 0.0f);
+      if (u < n_dst && self_weight != 0.0f) {
+        const float* g = grad_out + u * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * g[j];
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+      }
       for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
         const float* ge = grad_ef + eid[e] * d;
 #pragma omp simd
@@ -82,57 +99,77 @@ void check_inputs(const at::Tensor& indptr, const at::Tensor& src, const at::Ten
   TORCH_CHECK(x.scalar_type() == ef.scalar_type(), "x, ef: one dtype");
 }
 
+// Every operand of one call: the graph's two CSRs (in-edges by destination with their sources and edge ids,
+// out-edges by source with their edge ids) and the rows.
+struct Graph {
+  at::Tensor dst_indptr, dst_src, dst_eid, src_indptr, src_eid;
+};
+
+at::Tensor run_forward(const Graph& g, const at::Tensor& x, const at::Tensor& ef, double self_weight) {
+  const int64_t n = g.dst_indptr.numel() - 1, d = x.size(1);
+  check_inputs(g.dst_indptr, g.dst_src, g.dst_eid, x, ef, n);
+  gpse_native::check(self_weight == 0.0 || n <= x.size(0), "the self term needs a row of x per destination");
+  at::Tensor out = at::empty({n, d}, x.options().dtype(at::kFloat));
+  gated::dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    forward_kernel<T>(g.dst_indptr.data_ptr<int64_t>(), g.dst_src.data_ptr<int64_t>(), g.dst_eid.data_ptr<int64_t>(),
+                      gated::rows<T>(x), gated::rows<T>(ef), static_cast<float>(self_weight),
+                      out.data_ptr<float>(), n, d);
+  });
+  return out;
+}
+
+// grad_ef (float32, (E, d)) by destination, then grad_x (x's dtype) by source when asked for.
+std::pair<at::Tensor, at::Tensor> run_backward(const Graph& g, const at::Tensor& x, const at::Tensor& ef,
+                                               double self_weight, at::Tensor grad_out, bool want_x) {
+  const int64_t n = g.dst_indptr.numel() - 1, d = x.size(1);
+  grad_out = grad_out.to(at::kFloat).contiguous();
+  at::Tensor grad_ef = at::empty(ef.sizes(), ef.options().dtype(at::kFloat));
+  at::Tensor grad_x;
+  gated::dispatch(x, [&](auto tag) {
+    using T = decltype(tag);
+    grad_edge_kernel<T>(g.dst_indptr.data_ptr<int64_t>(), g.dst_src.data_ptr<int64_t>(), g.dst_eid.data_ptr<int64_t>(),
+                        gated::rows<T>(x), gated::rows<T>(ef), grad_out.data_ptr<float>(), grad_ef.data_ptr<float>(),
+                        n, d);
+    if (want_x) {
+      grad_x = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
+      grad_source_kernel<T>(g.src_indptr.data_ptr<int64_t>(), g.src_eid.data_ptr<int64_t>(),
+                            grad_ef.data_ptr<float>(), grad_out.data_ptr<float>(), static_cast<float>(self_weight),
+                            n, grad_x.data_ptr<T>(), x.size(0), d);
+    }
+  });
+  return {grad_ef, grad_x};
+}
+
+struct ReluSum : public torch::autograd::Function<ReluSum> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor ef, double self_weight,
+                            at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor dst_eid, at::Tensor src_indptr,
+                            at::Tensor src_eid) {
+    ctx->save_for_backward({x, ef, dst_indptr, dst_src, dst_eid, src_indptr, src_eid});
+    ctx->saved_data["self_weight"] = self_weight;
+    return run_forward({dst_indptr, dst_src, dst_eid, src_indptr, src_eid}, x, ef, self_weight);
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Graph g{saved[2], saved[3], saved[4], saved[5], saved[6]};
+    auto [grad_ef, grad_x] = run_backward(g, saved[0], saved[1], ctx->saved_data["self_weight"].toDouble(),
+                                          grads[0], ctx->needs_input_grad(0));
+    at::Tensor grad_e = ctx->needs_input_grad(1) ? grad_ef.to(saved[1].scalar_type()) : at::Tensor();
+    return {grad_x, grad_e, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum, with autograd (x: (n_src, d) and ef: (E, d),
+// float32 or bfloat16 of one dtype, rows contiguous; the CSRs as ReluSumCSR in relu_sum.py holds them).
+at::Tensor relu_sum(at::Tensor x, at::Tensor ef, double self_weight, at::Tensor dst_indptr, at::Tensor dst_src,
+                    at::Tensor dst_eid, at::Tensor src_indptr, at::Tensor src_eid) {
+  return ReluSum::apply(x, ef, self_weight, dst_indptr, dst_src, dst_eid, src_indptr, src_eid);
+}
+
 }  // namespace
 
-// out (float32, (n_dst, d), contiguous; every row written) = the sum; indptr / src / eid: the in-edges by
-// destination (their sources and edge ids); x: (n_src, d); ef: (E, d), rows contiguous.
-void relu_sum_forward(at::Tensor indptr, at::Tensor src, at::Tensor eid, at::Tensor x, at::Tensor ef, at::Tensor out) {
-  const int64_t n = out.size(0), d = x.size(1);
-  check_inputs(indptr, src, eid, x, ef, n);
-  gated::check_float(out, "out");
-  TORCH_CHECK(out.dim() == 2 && out.size(1) == d, "out must be (n_dst, d)");
-  gated::dispatch(x, [&](auto tag) {
-    using T = decltype(tag);
-    forward_kernel<T>(indptr.data_ptr<int64_t>(), src.data_ptr<int64_t>(), eid.data_ptr<int64_t>(),
-                      gated::rows<T>(x), gated::rows<T>(ef), out.data_ptr<float>(), n, d);
-  });
-}
-
-// grad_ef (float32, (E, d), contiguous; every row written) = d loss / d ef (pass 1, by destination).
-void relu_sum_grad_edge(at::Tensor indptr, at::Tensor src, at::Tensor eid, at::Tensor x, at::Tensor ef,
-                        at::Tensor grad_out, at::Tensor grad_ef) {
-  const int64_t n = grad_out.size(0), d = x.size(1);
-  check_inputs(indptr, src, eid, x, ef, n);
-  gated::check_float(grad_out, "grad_out");
-  gated::check_float(grad_ef, "grad_ef");
-  TORCH_CHECK(grad_out.size(1) == d && grad_ef.sizes() == ef.sizes(), "grad_out: (n_dst, d), grad_ef: ef's shape");
-  gated::dispatch(x, [&](auto tag) {
-    using T = decltype(tag);
-    grad_edge_kernel<T>(indptr.data_ptr<int64_t>(), src.data_ptr<int64_t>(), eid.data_ptr<int64_t>(),
-                        gated::rows<T>(x), gated::rows<T>(ef), grad_out.data_ptr<float>(),
-                        grad_ef.data_ptr<float>(), n, d);
-  });
-}
-
-// grad_x ((n_src, d), contiguous, float32 or bfloat16; every row written) = per source, the sum of grad_ef over
-// its out-edges (pass 2; indptr / eid: the out-edges by source, their edge ids).
-void relu_sum_grad_source(at::Tensor indptr, at::Tensor eid, at::Tensor grad_ef, at::Tensor grad_x) {
-  const int64_t n = grad_x.size(0), d = grad_x.size(1);
-  gated::check_csr(indptr, eid, n);
-  gated::check_float(grad_ef, "grad_ef");
-  TORCH_CHECK(grad_x.is_contiguous() && grad_ef.dim() == 2 && grad_ef.size(1) == d && grad_ef.size(0) == eid.numel(),
-              "grad_x must be contiguous and as wide as grad_ef, with one edge id per edge");
-  TORCH_CHECK(grad_x.scalar_type() == at::kFloat || grad_x.scalar_type() == at::kBFloat16,
-              "grad_x must be float32 or bfloat16");
-  gated::dispatch(grad_x, [&](auto tag) {
-    using T = decltype(tag);
-    grad_source_kernel<T>(indptr.data_ptr<int64_t>(), eid.data_ptr<int64_t>(), grad_ef.data_ptr<float>(),
-                          grad_x.data_ptr<T>(), n, d);
-  });
-}
-
 static const gpse_native::Binding binding([](pybind11::module_& m) {
-  m.def("relu_sum_forward", &relu_sum_forward, "sum of relu(x[u] + ef[e]) over each destination's in-edges");
-  m.def("relu_sum_grad_edge", &relu_sum_grad_edge, "relu sum, gradient of the edge features (by destination)");
-  m.def("relu_sum_grad_source", &relu_sum_grad_source, "relu sum, gradient of the sources (by source)");
+  m.def("relu_sum", &relu_sum, "w x[v] + sum of relu(x[u] + ef[e]) over each destination's in-edges, with autograd");
 });

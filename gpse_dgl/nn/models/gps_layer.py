@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..batch_norm import BatchNorm1d
+from ..batch_norm import BatchNorm1d, batch_norm_act
 from ..dropout import dropout
 from .gatedgcn_layer import GatedGCNLayer
 from .gine_layer import GINEConv
@@ -108,14 +108,15 @@ class GPSLayer(nn.Module):
                 raise ValueError(f"GPS local model {self.local_mpnn_type!r} needs edge features")
             if self.local_mpnn_type == "gatedgcn":
                 h_local, edge_feat = self.local_model(graph, feat, edge_feat)  # residual inside
+                branches.append(batch_norm_act(self.norm_local, h_local))
             else:
-                h_local = feat + dropout(self.local_model(graph, feat, edge_feat), self.dropout, self.training)
-            branches.append(self.norm_local(h_local))
+                h_local = dropout(self.local_model(graph, feat, edge_feat), self.dropout, self.training)
+                branches.append(batch_norm_act(self.norm_local, h_local, pre=feat))
         if self.self_attn is not None:
-            h_attn = feat + dropout(self.self_attn(graph, feat), self.dropout, self.training)
-            branches.append(self.norm_attn(h_attn))
-        h = sum(branches)
-        return self.norm_ff(h + self._feed_forward(h)), edge_feat
+            h_attn = dropout(self.self_attn(graph, feat), self.dropout, self.training)
+            branches.append(batch_norm_act(self.norm_attn, h_attn, pre=feat))
+        h = branches[0] if len(branches) == 1 else branches[0] + branches[1]
+        return batch_norm_act(self.norm_ff, self._feed_forward(h), pre=h), edge_feat
 
     def _feed_forward(self, h: torch.Tensor) -> torch.Tensor:
         h = dropout(F.relu(self.ff_linear1(h)), self.dropout, self.training)

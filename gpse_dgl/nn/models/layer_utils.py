@@ -13,8 +13,10 @@ import dgl
 
 
 def dst_features(graph: dgl.DGLGraph, feat: torch.Tensor) -> torch.Tensor:
-    """Rows of ``feat`` that belong to the destination nodes of ``graph`` (a view, no copy)."""
-    return feat[: graph.num_dst_nodes()]
+    """Rows of ``feat`` that belong to the destination nodes of ``graph``: ``feat`` itself for a graph (a slice
+    would cost a zero-filled gradient and a copy in the backward pass), a view of its first rows for a block."""
+    num_dst = graph.num_dst_nodes()
+    return feat if num_dst == feat.shape[0] else feat[:num_dst]
 
 
 def with_self_loops(graph: dgl.DGLGraph) -> dgl.DGLGraph:
