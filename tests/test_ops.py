@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import dgl
+from gpse_dgl import kernels
 from gpse_dgl.nn import ops
 
 pytestmark = pytest.mark.usefixtures("gated_path")
@@ -137,6 +138,13 @@ def test_readout_and_segment_reduce(op):
 def test_resolve_backend(monkeypatch):
     assert ops.resolve_backend("torch", torch.device("cpu")) == "torch"
     assert ops.resolve_backend(None, torch.device("cpu")) in ("dgl", "torch")
+    # auto on the CPU: torch's ops for a small graph (a training batch of molecules), DGL's above the limit
+    monkeypatch.delenv("GPSE_DGL_BACKEND", raising=False)
+    limit = kernels.SMALL_GRAPH_EDGES
+    assert ops.resolve_backend(None, torch.device("cpu"), num_edges=limit) == "torch"
+    assert ops.resolve_backend(None, torch.device("cpu"), num_edges=limit + 1) == "dgl"
+    assert ops.resolve_backend("dgl", torch.device("cpu"), num_edges=10) == "dgl"
+    assert ops.resolve_backend(None, torch.device("cpu"), "relu_sum", num_edges=limit + 1) == "torch"
     monkeypatch.setenv("GPSE_DGL_BACKEND", "torch")
     assert ops.resolve_backend(None, torch.device("cpu")) == "torch"
     with pytest.raises(ValueError, match="unknown message-passing backend"):

@@ -135,16 +135,25 @@ def dgl_supports(device_type: str) -> bool:
 #: Ops whose ``"auto"`` backend is ``"torch"`` everywhere: their own kernels, and even their plain torch ops on
 #: the CPU, beat DGL's (``benchmarks/RESULTS.md``).
 TORCH_FIRST = ("gated_sum", "relu_sum")
+#: On the CPU, ``"auto"`` runs the other message-passing ops as torch ops on graphs of at most this many edges
+#: (a training batch of a few dozen molecules): there torch's gathers and ``index_add_`` beat DGL's kernels by
+#: 3-17 % of a whole GIN or GatedGCN training step, and DGL's win from about 4,000 edges up (a few thousand at
+#: 96 molecules a batch, ``benchmarks/RESULTS.md`` section 21).
+SMALL_GRAPH_EDGES = 4096
 
 
-def resolve_backend(backend: str | None, device: torch.device, op: str | None = None) -> str:
+def resolve_backend(backend: str | None, device: torch.device, op: str | None = None,
+                    num_edges: int | None = None) -> str:
     """``backend`` (None: ``GPSE_DGL_BACKEND``, default ``"auto"``) as ``"dgl"`` or ``"torch"`` for tensors on
-    ``device``. ``"auto"`` is ``"dgl"`` where DGL runs on the device, except for the ops of :data:`TORCH_FIRST`."""
+    ``device``. ``"auto"`` is ``"dgl"`` where DGL runs on the device, except for the ops of :data:`TORCH_FIRST`
+    and, on the CPU, a graph of at most :data:`SMALL_GRAPH_EDGES` edges (``num_edges``, when the caller gives it)."""
     backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
     if backend not in BACKENDS:
         raise ValueError(f"unknown message-passing backend {backend!r}; choose one of {BACKENDS}")
     if backend == "auto":
-        return "dgl" if op not in TORCH_FIRST and dgl_supports(torch.device(device).type) else "torch"
+        device_type = torch.device(device).type
+        small = device_type == "cpu" and num_edges is not None and num_edges <= SMALL_GRAPH_EDGES
+        return "dgl" if op not in TORCH_FIRST and not small and dgl_supports(device_type) else "torch"
     return backend
 
 

@@ -8,7 +8,9 @@
                     wherever torch runs (CUDA with a CPU-only DGL, MPS, ...).
 
 ``"auto"`` (the default) is ``"dgl"`` where DGL can run on the tensors' device and ``"torch"`` otherwise,
-except for :func:`gated_sum`, where ``"torch"`` is faster and leaner (:func:`gpse_dgl.kernels.resolve_backend`).
+except for :func:`gated_sum` and :func:`relu_sum`, where ``"torch"`` is faster and leaner, and on the CPU for
+graphs of at most ``kernels.SMALL_GRAPH_EDGES`` edges (a training batch of a few dozen molecules), where torch's
+gathers beat DGL's kernels (:func:`gpse_dgl.kernels.resolve_backend`).
 Override per call (``backend=``), per module (constructor argument) or process-wide with the
 ``GPSE_DGL_BACKEND`` environment variable; ``gpse-dgl info`` and ``metrics.json`` name the path each op takes.
 The paths are tested against each other (values and gradients) in ``tests/test_ops.py``.
@@ -100,7 +102,7 @@ def _dgl_kernel(kernel, graph, *tensors):
 
 def u_add_v(graph, src_feat, dst_feat, backend=None):
     """Per edge ``src_feat[u] + dst_feat[v]`` (shape ``(E, ...)``)."""
-    if resolve_backend(backend, src_feat.device) == "dgl":
+    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
         return dgl.ops.u_add_v(_dgl_graph_on(graph, src_feat.device), src_feat, dst_feat)
     src, dst = edge_index(graph, src_feat.device)
     return (_gather(src_feat, src) + _gather(dst_feat, dst)).to(torch.promote_types(src_feat.dtype, dst_feat.dtype))
@@ -108,7 +110,7 @@ def u_add_v(graph, src_feat, dst_feat, backend=None):
 
 def u_dot_v(graph, src_feat, dst_feat, backend=None):
     """Per edge dot product over the last dim, keeping it as size 1 (``(E, ..., 1)``)."""
-    if resolve_backend(backend, src_feat.device) == "dgl":
+    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
         return _dgl_kernel(dgl.ops.u_dot_v, graph, src_feat, dst_feat)
     src, dst = edge_index(graph, src_feat.device)
     return (to_accumulation(src_feat)[src] * to_accumulation(dst_feat)[dst]).sum(-1, keepdim=True)
@@ -128,7 +130,7 @@ def copy_v(graph, dst_feat, backend=None):
 
 def copy_u_sum(graph, src_feat, backend=None):
     """``out[v] = sum_{u -> v} src_feat[u]``."""
-    if resolve_backend(backend, src_feat.device) == "dgl":
+    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
         return _dgl_kernel(dgl.ops.copy_u_sum, graph, src_feat)
     src, dst = edge_index(graph, src_feat.device)
     return _scatter_sum(_gather(src_feat, src), dst, graph.num_dst_nodes())
@@ -136,7 +138,7 @@ def copy_u_sum(graph, src_feat, backend=None):
 
 def copy_u_mean(graph, src_feat, backend=None):
     """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges)."""
-    if resolve_backend(backend, src_feat.device) == "dgl":
+    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
         return _dgl_kernel(dgl.ops.copy_u_mean, graph, src_feat)
     total = copy_u_sum(graph, src_feat, backend="torch")
     deg = in_degrees(graph, src_feat.device).clamp(min=1).to(total.dtype)
@@ -145,7 +147,7 @@ def copy_u_mean(graph, src_feat, backend=None):
 
 def copy_e_sum(graph, edge_feat, backend=None):
     """``out[v] = sum_{e = (u, v)} edge_feat[e]``."""
-    if resolve_backend(backend, edge_feat.device) == "dgl":
+    if resolve_backend(backend, edge_feat.device, num_edges=graph.num_edges()) == "dgl":
         return _dgl_kernel(dgl.ops.copy_e_sum, graph, edge_feat)
     _, dst = edge_index(graph, edge_feat.device)
     return _scatter_sum(edge_feat, dst, graph.num_dst_nodes())
@@ -186,7 +188,7 @@ def relu_sum(graph, src_feat, edge_feat, backend=None, self_weight: float = 0.0)
 
 def u_mul_e_sum(graph, src_feat, edge_feat, backend=None):
     """``out[v] = sum_{e = (u, v)} src_feat[u] * edge_feat[e]`` (broadcasting like DGL)."""
-    if resolve_backend(backend, src_feat.device) == "dgl":
+    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
         return _dgl_kernel(dgl.ops.u_mul_e_sum, graph, src_feat, edge_feat)
     src, dst = edge_index(graph, src_feat.device)
     return _scatter_sum(_gather(src_feat, src) * to_accumulation(edge_feat), dst, graph.num_dst_nodes())
@@ -206,7 +208,7 @@ def out_degrees(graph, device) -> torch.Tensor:
 
 def edge_softmax(graph, logits, backend=None):
     """Softmax of edge ``logits`` (``(E, ...)``) over the in-edges of each destination node."""
-    if resolve_backend(backend, logits.device) == "dgl":
+    if resolve_backend(backend, logits.device, num_edges=graph.num_edges()) == "dgl":
         return _dgl_kernel(_edge_softmax, graph, logits)
     logits = to_accumulation(logits)
     _, dst = edge_index(graph, logits.device)
