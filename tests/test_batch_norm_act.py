@@ -16,6 +16,8 @@ from gpse_dgl.kernels import cpu
 from gpse_dgl.nn.batch_norm import BatchNorm1d, batch_norm_act
 from gpse_dgl.nn.models import build_model
 
+from _molecule_batches import molecule_batches, train_losses
+
 needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
 
 
@@ -120,24 +122,6 @@ def test_the_result_does_not_depend_on_the_number_of_threads():
         assert all(torch.equal(a, b) for a, b in zip(results[0], other))
 
 
-def _molecule_batches():
-    gen = torch.Generator().manual_seed(3)
-    batches = []
-    for _ in range(3):
-        parts = []
-        for _ in range(8):
-            n = int(torch.randint(2, 12, (1,), generator=gen))
-            src, dst = torch.randint(0, n, (2 * n,), generator=gen), torch.randint(0, n, (2 * n,), generator=gen)
-            g = dgl.graph((torch.cat([src, dst]), torch.cat([dst, src])), num_nodes=n)
-            g.ndata["x"] = torch.randint(0, 2, (n, 9), generator=gen)
-            g.edata["e"] = torch.randint(0, 2, (g.num_edges(), 3), generator=gen)
-            parts.append(g)
-        batch = dgl.batch(parts)
-        batch.y = torch.randn(len(parts), generator=gen)
-        batches.append(batch)
-    return batches
-
-
 def _train(name, batches, steps=5, **options):
     torch.manual_seed(0)
     model = build_model(name, dim_in=None, node_encoder="atom", edge_encoder="bond", dim_out=1, dim_hidden=32,
@@ -145,16 +129,7 @@ def _train(name, batches, steps=5, **options):
     # SGD, not Adam: the bias of a Linear before a BatchNorm has a gradient of rounding noise (zero in exact
     # arithmetic), which Adam's normalised first steps turn into lr-sized moves of either sign, so two correct
     # runs would part ways; SGD keeps noise at the size of noise.
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    for step in range(steps):
-        g = batches[step % len(batches)]
-        pred = model(g, g.ndata["x"], g.edata["e"])
-        loss = (pred.squeeze(-1) - g.y).abs().mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = train_losses(model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), batches, steps)
     return model, losses
 
 
@@ -167,7 +142,7 @@ def _without_the_kernel(monkeypatch):
                                            ("gps", {"local_mpnn": "gine", "global_attention": None}),
                                            ("gps", {"local_mpnn": "gatedgcn", "global_attention": "transformer"})])
 def test_training_losses_and_evaluation_equal_the_torch_ops(monkeypatch, name, options):
-    batches = _molecule_batches()
+    batches = molecule_batches()
     model, fused = _train(name, batches, **options)
     g = batches[0]
     model.eval()

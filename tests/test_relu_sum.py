@@ -15,6 +15,8 @@ from gpse_dgl.nn import ops
 from gpse_dgl.nn.models import build_model
 from gpse_dgl.utils.precision import to_accumulation
 
+from _molecule_batches import molecule_batches, train_losses
+
 needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
 
 
@@ -124,36 +126,11 @@ def _train_losses(graphs, steps=5):
     torch.manual_seed(0)
     model = build_model("gine", dim_in=None, node_encoder="atom", edge_encoder="bond", dim_out=1, dim_hidden=32,
                         num_layers=3)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    losses = []
-    for step in range(steps):
-        g = graphs[step % len(graphs)]
-        pred = model(g, g.ndata["x"], g.edata["e"])
-        loss = (pred.squeeze(-1) - g.y).abs().mean()
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        losses.append(loss.item())
-    return losses
+    return train_losses(model, torch.optim.AdamW(model.parameters(), lr=1e-2), graphs, steps, clip=1.0)
 
 
 def test_gine_training_losses_equal_the_old_path(monkeypatch):
-    gen = torch.Generator().manual_seed(3)
-    graphs = []
-    for _ in range(3):
-        parts = []
-        for _ in range(8):
-            n = int(torch.randint(2, 12, (1,), generator=gen))
-            src = torch.randint(0, n, (2 * n,), generator=gen)
-            dst = torch.randint(0, n, (2 * n,), generator=gen)
-            g = dgl.graph((torch.cat([src, dst]), torch.cat([dst, src])), num_nodes=n)
-            g.ndata["x"] = torch.randint(0, 2, (n, 9), generator=gen)
-            g.edata["e"] = torch.randint(0, 2, (g.num_edges(), 3), generator=gen)
-            parts.append(g)
-        batch = dgl.batch(parts)
-        batch.y = torch.randn(len(parts), generator=gen)
-        graphs.append(batch)
+    graphs = molecule_batches()
     new = _train_losses(graphs)
     from gpse_dgl.nn.models.gine_layer import GINEConv
 
