@@ -8,9 +8,6 @@ import copy
 import pytest
 import torch
 
-from gpse_dgl import _env  # noqa: F401
-import dgl
-
 from gpse_dgl import kernels
 from gpse_dgl.kernels import cpu
 from gpse_dgl.nn.batch_norm import BatchNorm1d, batch_norm_act
