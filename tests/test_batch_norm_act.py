@@ -150,3 +150,18 @@ def test_training_losses_and_evaluation_equal_the_torch_ops(monkeypatch, name, o
     with torch.no_grad():
         plain_eval = model(g, g.ndata["x"], g.edata["e"])
     torch.testing.assert_close(fused_eval, plain_eval, rtol=1e-5, atol=1e-6)
+
+
+def test_a_batch_norm_subclass_runs_its_own_forward(monkeypatch):
+    """SyncBatchNorm1d's statistics span the ranks: the kernel, which sees one rank's rows, must not stand in."""
+    from gpse_dgl.nn.sync_batchnorm import SyncBatchNorm1d
+
+    calls = _ran_the_kernel(monkeypatch)
+    seen = []
+    monkeypatch.setattr(SyncBatchNorm1d, "forward", lambda self, x: seen.append(x.shape) or BatchNorm1d.forward(self, x))
+    norm = SyncBatchNorm1d(4).train()
+    x, residual = torch.randn(6, 4), torch.randn(6, 4)
+    y = batch_norm_act(norm, x, relu=True, post=residual)
+    assert seen == [(6, 4)] and "batch_norm_act" not in calls
+    torch.testing.assert_close(y, torch.relu(torch.nn.functional.batch_norm(x, None, None, norm.weight, norm.bias,
+                                                                             training=True)) + residual)

@@ -55,6 +55,10 @@ class BatchNorm1d(nn.BatchNorm1d):
         return y
 
 
+#: The modules whose arithmetic the kernel reproduces; anything else (a subclass included) runs its own forward.
+_PLAIN_BATCH_NORMS = (nn.BatchNorm1d, BatchNorm1d)
+
+
 def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = None, relu: bool = False,
                    post: torch.Tensor | None = None) -> torch.Tensor:
     r"""``act(norm(x + pre)) + post``: the normalisation step of the downstream layers in one op where it can.
@@ -62,11 +66,12 @@ def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = 
     .. math:: y = \mathrm{act}\big(\mathrm{norm}(x + \mathit{pre})\big) + \mathit{post}
 
     ``act`` is ReLU with ``relu=True``, the identity otherwise; ``pre`` and ``post`` are optional. With a
-    ``BatchNorm1d`` on float32 CPU rows this is the ``fused-cpu`` kernel of
-    :mod:`gpse_dgl.kernels.batch_norm_act` (one autograd node instead of up to four), with the module's own
-    conventions: batch statistics in training, moving the running ones and counting ``num_batches_tracked``; the
-    running ones in evaluation; and :class:`BatchNorm1d`'s rule for a training batch of one row. Anything else
-    (another norm, ``nn.Identity``, bf16 rows, CUDA) runs the same steps as torch ops.
+    ``BatchNorm1d`` (``nn.BatchNorm1d`` or this module's, not a subclass) on float32 CPU rows this is the
+    ``fused-cpu`` kernel of :mod:`gpse_dgl.kernels.batch_norm_act` (one autograd node instead of up to four), with
+    the module's own conventions: batch statistics in training, moving the running ones and counting
+    ``num_batches_tracked``; the running ones in evaluation; and :class:`BatchNorm1d`'s rule for a training batch
+    of one row. Anything else (another norm or a subclass such as ``SyncBatchNorm1d``, whose statistics span the
+    ranks; ``nn.Identity``; bf16 rows; CUDA) runs the same steps as torch ops.
 
     Example
     -------
@@ -77,7 +82,8 @@ def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = 
     >>> torch.allclose(y, torch.relu(BatchNorm1d(4).train()(x)) + res, atol=1e-6)
     True
     """
-    if isinstance(norm, nn.BatchNorm1d) and x.dim() == 2 and x.shape[0] > 0:
+    # Only the plain classes: a subclass may compute its statistics otherwise (SyncBatchNorm1d spans the ranks).
+    if type(norm) in _PLAIN_BATCH_NORMS and x.dim() == 2 and x.shape[0] > 0:
         track = norm.running_mean is not None and norm.running_var is not None
         batch_stats = norm.training or not track
         if batch_stats and track and single_row(x):
