@@ -45,8 +45,8 @@ std::vector<double> column_sums(int64_t n, int64_t d, F&& f) {
   return total;
 }
 
-// What the backward pass needs besides the gradient: z, and per column its shift and scale (y_bn = z * scale +
-// shift, scale = invstd * weight) and invstd.
+// What the backward pass needs besides the gradient and the affine parameters: z, and per column the mean and
+// invstd that normalised it (the batch's or the running ones).
 struct Saved {
   at::Tensor z, mean, invstd;
 };
