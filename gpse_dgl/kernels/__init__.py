@@ -136,8 +136,8 @@ def dgl_supports(device_type: str) -> bool:
 #: the CPU, beat DGL's (``benchmarks/RESULTS.md``).
 TORCH_FIRST = ("gated_sum", "relu_sum")
 #: On the CPU, ``"auto"`` runs the other message-passing ops as torch ops on graphs of at most this many edges
-#: (a training batch of a few dozen molecules): there torch's gathers and ``index_add_`` save about a sixth of a
-#: GIN or GatedGCN training step against DGL's kernels; from about 4,800 edges (96 molecules) DGL's are level or
+#: (a training batch of a few dozen molecules): there torch's gathers and ``index_add_`` save about a tenth of a
+#: GatedGCN training step against DGL's kernels (GIN level); from about 4,800 edges (96 molecules) DGL's are
 #: ahead (``benchmarks/RESULTS.md`` section 21).
 SMALL_GRAPH_EDGES = 4096
 

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .. import kernels
+from .dropout import dropout as dropout_fn
 
 __all__ = ["BatchNorm1d", "batch_norm_act", "single_row"]
 
@@ -60,10 +61,10 @@ _PLAIN_BATCH_NORMS = (nn.BatchNorm1d, BatchNorm1d)
 
 
 def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = None, relu: bool = False,
-                   post: torch.Tensor | None = None) -> torch.Tensor:
-    r"""``act(norm(x + pre)) + post``: the normalisation step of the downstream layers in one op where it can.
+                   post: torch.Tensor | None = None, dropout: float = 0.0) -> torch.Tensor:
+    r"""``Dropout(act(norm(x + pre))) + post``: the normalisation step of the downstream layers in one op where it can.
 
-    .. math:: y = \mathrm{act}\big(\mathrm{norm}(x + \mathit{pre})\big) + \mathit{post}
+    .. math:: y = \mathrm{Dropout}_p\big(\mathrm{act}(\mathrm{norm}(x + \mathit{pre}))\big) + \mathit{post}
 
     ``act`` is ReLU with ``relu=True``, the identity otherwise; ``pre`` and ``post`` are optional. With a
     ``BatchNorm1d`` (``nn.BatchNorm1d`` or this module's, not a subclass) on float32 CPU rows this is the
@@ -71,7 +72,8 @@ def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = 
     the module's own conventions: batch statistics in training, moving the running ones and counting
     ``num_batches_tracked``; the running ones in evaluation; and :class:`BatchNorm1d`'s rule for a training batch
     of one row. Anything else (another norm or a subclass such as ``SyncBatchNorm1d``, whose statistics span the
-    ranks; ``nn.Identity``; bf16 rows; CUDA) runs the same steps as torch ops.
+    ranks; ``nn.Identity``; bf16 rows; CUDA; dropout ``p > 0`` in training) runs the same steps as torch ops.
+    Dropout after the ReLU drops what dropout before it would (the mask scales by a positive factor).
 
     Example
     -------
@@ -83,7 +85,8 @@ def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = 
     True
     """
     # Only the plain classes: a subclass may compute its statistics otherwise (SyncBatchNorm1d spans the ranks).
-    if type(norm) in _PLAIN_BATCH_NORMS and x.dim() == 2 and x.shape[0] > 0:
+    drops = dropout > 0.0 and norm.training
+    if type(norm) in _PLAIN_BATCH_NORMS and not drops and x.dim() == 2 and x.shape[0] > 0:
         track = norm.running_mean is not None and norm.running_var is not None
         batch_stats = norm.training or not track
         if batch_stats and track and single_row(x):
@@ -103,4 +106,5 @@ def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = 
     out = norm(x if pre is None else x + pre)
     if relu:
         out = F.relu(out)
+    out = dropout_fn(out, dropout, norm.training)
     return out if post is None else post + out

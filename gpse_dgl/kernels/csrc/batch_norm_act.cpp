@@ -52,7 +52,7 @@ struct Saved {
 };
 
 struct Options {
-  bool training, relu;
+  bool batch_stats, relu;
   double momentum, eps;
 };
 
@@ -66,8 +66,8 @@ void check_column(const at::Tensor& t, const char* name, int64_t d) {
                      "%s must be contiguous float32 of x's width", name);
 }
 
-// z = x + pre (or x itself), its batch mean and invstd (training) or the running ones, the running statistics
-// updated in place (training).
+// z = x + pre (or x itself), its batch mean and invstd (batch_stats) or the running ones, the running statistics
+// updated in place when given (batch_stats).
 Saved statistics(const at::Tensor& x, const at::Tensor& pre, at::Tensor running_mean, at::Tensor running_var,
                  const Options& o) {
   const int64_t n = x.size(0), d = x.size(1);
@@ -83,7 +83,7 @@ Saved statistics(const at::Tensor& x, const at::Tensor& pre, at::Tensor running_
   }
   at::Tensor mean = at::empty({d}, x.options()), invstd = at::empty({d}, x.options());
   float *m = mean.data_ptr<float>(), *s = invstd.data_ptr<float>();
-  if (!o.training) {
+  if (!o.batch_stats) {
     const float *rm = running_mean.data_ptr<float>(), *rv = running_var.data_ptr<float>();
     for (int64_t j = 0; j < d; ++j) {
       m[j] = rm[j];
@@ -111,39 +111,7 @@ Saved statistics(const at::Tensor& x, const at::Tensor& pre, at::Tensor running_
   return {z, mean, invstd};
 }
 
-at::Tensor forward_output(const Saved& st, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& post,
-                   bool relu) {
-  const int64_t n = st.z.size(0), d = st.z.size(1);
-  std::vector<float> scale(d), shift(d);
-  const float *m = st.mean.data_ptr<float>(), *s = st.invstd.data_ptr<float>();
-  const float* w = weight.defined() ? weight.data_ptr<float>() : nullptr;
-  const float* b = bias.defined() ? bias.data_ptr<float>() : nullptr;
-  for (int64_t j = 0; j < d; ++j) {
-    scale[j] = s[j] * (w ? w[j] : 1.0f);
-    shift[j] = (b ? b[j] : 0.0f) - m[j] * scale[j];
-  }
-  at::Tensor y = at::empty_like(st.z);
-  const float* zp = st.z.data_ptr<float>();
-  const float* pp = post.defined() ? post.data_ptr<float>() : nullptr;
-  float* yp = y.data_ptr<float>();
-  const float* sc = scale.data();
-  const float* sh = shift.data();
-  at::parallel_for(0, n, kRowBlock, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const float* zi = zp + i * d;
-      float* yi = yp + i * d;
-#pragma omp simd
-      for (int64_t j = 0; j < d; ++j) {
-        float v = zi[j] * sc[j] + sh[j];
-        if (relu) v = std::fmax(v, 0.0f);
-        yi[j] = pp ? v + pp[i * d + j] : v;
-      }
-    }
-  });
-  return y;
-}
-
-// Per column of the backward pass: BN(z) = z * scale + shift (ReLU's mask), xhat = (z - mean) * invstd.
+// Per column, forward and backward: BN(z) = z * scale + shift (ReLU's mask), xhat = (z - mean) * invstd.
 struct Columns {
   std::vector<float> scale, shift, mean, invstd;
 };
@@ -161,6 +129,30 @@ Columns columns(const Saved& st, const at::Tensor& weight, const at::Tensor& bia
     c.shift[j] = (b ? b[j] : 0.0f) - m[j] * c.scale[j];
   }
   return c;
+}
+
+at::Tensor forward_output(const Saved& st, const at::Tensor& weight, const at::Tensor& bias, const at::Tensor& post,
+                          bool relu) {
+  const int64_t n = st.z.size(0), d = st.z.size(1);
+  const Columns c = columns(st, weight, bias);
+  at::Tensor y = at::empty_like(st.z);
+  const float* zp = st.z.data_ptr<float>();
+  const float* pp = post.defined() ? post.data_ptr<float>() : nullptr;
+  float* yp = y.data_ptr<float>();
+  const float *sc = c.scale.data(), *sh = c.shift.data();
+  at::parallel_for(0, n, kRowBlock, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const float* zi = zp + i * d;
+      float* yi = yp + i * d;
+#pragma omp simd
+      for (int64_t j = 0; j < d; ++j) {
+        float v = zi[j] * sc[j] + sh[j];
+        if (relu) v = std::fmax(v, 0.0f);
+        yi[j] = pp ? v + pp[i * d + j] : v;
+      }
+    }
+  });
+  return y;
 }
 
 // sum_g[j] = sum_i gm[i, j] and sum_gx[j] = sum_i gm[i, j] * xhat[i, j], gm = g past the activation, in one pass
@@ -225,7 +217,7 @@ std::vector<at::Tensor> backward_grads(const Saved& st, const at::Tensor& weight
   std::vector<double> sum_g(d, 0.0), sum_gx(d, 0.0);
   (o.relu ? gradient_sums<true> : gradient_sums<false>)(z, g, c, n, d, sum_g, sum_gx);
   std::vector<float> mean_g(d, 0.0f), mean_gx(d, 0.0f);
-  if (o.training) {
+  if (o.batch_stats) {
     for (int64_t j = 0; j < d; ++j) {
       mean_g[j] = static_cast<float>(sum_g[j] / n);
       mean_gx[j] = static_cast<float>(sum_gx[j] / n);
@@ -252,11 +244,11 @@ at::Tensor given(const at::Tensor& t) { return t.numel() > 0 ? t : at::Tensor();
 struct BatchNormAct : public torch::autograd::Function<BatchNormAct> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor pre, at::Tensor post,
                             at::Tensor weight, at::Tensor bias, at::Tensor running_mean, at::Tensor running_var,
-                            bool training, bool relu, double momentum, double eps) {
+                            bool batch_stats, bool relu, double momentum, double eps) {
     // absent operands arrive as empty tensors (a C++ autograd function takes no undefined ones)
     pre = given(pre), post = given(post), weight = given(weight), bias = given(bias);
     running_mean = given(running_mean), running_var = given(running_var);
-    const Options o{training, relu, momentum, eps};
+    const Options o{batch_stats, relu, momentum, eps};
     check_rows(x, "x", x);
     gpse_native::check(x.dim() == 2, "x must be 2-D");
     if (pre.defined()) check_rows(pre, "pre", x);
@@ -264,15 +256,15 @@ struct BatchNormAct : public torch::autograd::Function<BatchNormAct> {
     const int64_t d = x.size(1);
     if (weight.defined()) check_column(weight, "weight", d);
     if (bias.defined()) check_column(bias, "bias", d);
-    gpse_native::check(training || (running_mean.defined() && running_var.defined()),
+    gpse_native::check(batch_stats || (running_mean.defined() && running_var.defined()),
                        "evaluation needs the running statistics");
     if (running_mean.defined()) check_column(running_mean, "running_mean", d);
     if (running_var.defined()) check_column(running_var, "running_var", d);
-    gpse_native::check(!training || x.size(0) > 1, "training statistics need more than one row");
+    gpse_native::check(!batch_stats || x.size(0) > 1, "batch statistics need more than one row");
     Saved st = statistics(x, pre, running_mean, running_var, o);
     at::Tensor y = forward_output(st, weight, bias, post, relu);
     ctx->save_for_backward({st.z, st.mean, st.invstd, weight, bias});
-    ctx->saved_data["training"] = training;
+    ctx->saved_data["batch_stats"] = batch_stats;
     ctx->saved_data["relu"] = relu;
     return y;
   }
@@ -280,7 +272,7 @@ struct BatchNormAct : public torch::autograd::Function<BatchNormAct> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const Options o{ctx->saved_data["training"].toBool(), ctx->saved_data["relu"].toBool(), 0.0, 0.0};
+    const Options o{ctx->saved_data["batch_stats"].toBool(), ctx->saved_data["relu"].toBool(), 0.0, 0.0};
     auto g = backward_grads(Saved{saved[0], saved[1], saved[2]}, saved[3], saved[4], grads[0], o);
     at::Tensor grad_x = g[0];
     at::Tensor grad_pre = ctx->needs_input_grad(1) ? grad_x.clone() : at::Tensor();  // two owners, two tensors
@@ -295,10 +287,10 @@ struct BatchNormAct : public torch::autograd::Function<BatchNormAct> {
 at::Tensor batch_norm_act(at::Tensor x, c10::optional<at::Tensor> pre, c10::optional<at::Tensor> post,
                           c10::optional<at::Tensor> weight, c10::optional<at::Tensor> bias,
                           c10::optional<at::Tensor> running_mean, c10::optional<at::Tensor> running_var,
-                          bool training, bool relu, double momentum, double eps) {
+                          bool batch_stats, bool relu, double momentum, double eps) {
   auto get = [&](const c10::optional<at::Tensor>& t) { return t.has_value() ? *t : at::empty({0}, x.options()); };
   return BatchNormAct::apply(x, get(pre), get(post), get(weight), get(bias), get(running_mean), get(running_var),
-                             training, relu, momentum, eps);
+                             batch_stats, relu, momentum, eps);
 }
 
 }  // namespace

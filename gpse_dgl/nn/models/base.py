@@ -9,11 +9,9 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..batch_norm import BatchNorm1d, batch_norm_act
-from ..dropout import dropout
 from ..feature_encoders import ConstantEncoder, build_feature_encoder
 from ..heads import GraphHead, NodeHead
 from ..pe_encoder import NodeEncoderWithPE, PEEncoder
@@ -216,7 +214,4 @@ class ConvBlock(nn.Module):
     def forward(self, graph, feat: torch.Tensor, edge_feat: torch.Tensor | None = None):
         out = self.conv(graph, feat, edge_feat) if self.uses_edge_features else self.conv(graph, feat)
         residual = dst_features(graph, feat) if self.residual else None
-        if self.dropout == 0.0 or not self.training:  # ReLU(BN(out)) + residual as one op where the kernel runs
-            return batch_norm_act(self.norm, out, relu=True, post=residual), edge_feat
-        out = F.relu(dropout(self.norm(out), self.dropout, self.training))
-        return (out if residual is None else residual + out), edge_feat
+        return batch_norm_act(self.norm, out, relu=True, post=residual, dropout=self.dropout), edge_feat

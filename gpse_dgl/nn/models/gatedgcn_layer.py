@@ -2,12 +2,10 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .. import ops
 from ..batch_norm import BatchNorm1d, batch_norm_act
-from ..dropout import dropout
 from .layer_utils import dst_features, reset_submodules
 
 
@@ -84,11 +82,7 @@ class GatedGCNLayer(nn.Module):
         denominator = ops.copy_e_sum(graph, gate, backend=self.backend)
         h = self.A(feat_dst) + numerator / (denominator + self.eps)
 
-        if self.dropout == 0.0 or not self.training:  # ReLU(BN(.)) + residual as one op where the kernel runs
-            return (batch_norm_act(self.bn_node, h, relu=True, post=feat_dst if self.residual else None),
-                    batch_norm_act(self.bn_edge, gate_logits, relu=True, post=edge_feat if self.residual else None))
-        h = dropout(F.relu(self.bn_node(h)), self.dropout, self.training)
-        e = dropout(F.relu(self.bn_edge(gate_logits)), self.dropout, self.training)
-        if self.residual:
-            h, e = feat_dst + h, edge_feat + e
+        h = batch_norm_act(self.bn_node, h, relu=True, post=feat_dst if self.residual else None, dropout=self.dropout)
+        e = batch_norm_act(self.bn_edge, gate_logits, relu=True, post=edge_feat if self.residual else None,
+                           dropout=self.dropout)
         return h, e

@@ -64,7 +64,7 @@ class GINEConv(nn.Module):
         """``(graph, (N_src, d_in), (E, d_edge)) -> (N_dst, d_out)``."""
         if self.edge_proj is not None:
             edge_feat = self.edge_proj(edge_feat)
-        if self.eps.requires_grad or feat.device.type != "cpu":
+        if self.eps.requires_grad or feat.device.type != "cpu":  # float(eps) would sync a GPU once per layer
             agg = ops.relu_sum(graph, feat, edge_feat, backend=self.backend)  # float32 under bf16 autocast
             h = (1 + self.eps) * dst_features(graph, feat) + agg
         else:  # the self term inside the sum's kernel: one op instead of four, forward and backward
