@@ -14,8 +14,10 @@ default encoder, or ``--checkpoint``), plus ``GPSE:<name>`` for every ``--gpse-e
 (e.g. the authors' ``molpcba`` weights when they are on disk). Each arm is fed as the paper fed it: the
 recipes' ``model.pe.model: auto`` gives every source the encoder of the GPSE authors' configuration
 (``gpse_dgl/train/downstream/pe_sources``). With ``--grid`` every arm is tuned on the same grid (input
-dropout {0, 0.5} x {its own PE encoder, the alternative}), the setting chosen on validation only and
-reported per arm.
+dropout {0, 0.5} x {its own PE encoder, the alternative}): each setting runs on the tuning seed(s)
+(``--tune-seeds``, default 1: seed 0), the setting with the best validation score is chosen, and the
+table reports it on ``--seeds`` fresh seeds (1-4), so that no reported score took part in a choice; arms
+with nothing to tune (``none``, ``rand``) run the same reported seeds. The choice is given per arm.
 
 A run's budget fingerprint holds the recipe, the GPSE encoder by content, a digest of the code that changes
 results (``RESULT_CODE`` and the C++ kernels) and the device (``cpu`` or ``cuda:<GPU>``; ``--device`` to
@@ -43,6 +45,10 @@ the ledgers are joined)::
     python benchmarks/paper_tables.py --tables zinc-pse --worker 0/2 --ledger /tmp/a.json &
     python benchmarks/paper_tables.py --tables zinc-pse --worker 1/2 --ledger /tmp/b.json
     python benchmarks/paper_tables.py --tables zinc-pse --merge /tmp/a.json --merge /tmp/b.json --report-only
+
+With ``--grid`` a worker runs its share of what can be named from its ledger: the tuning runs and the
+reported seeds of arms with nothing to tune. The chosen settings' runs need every worker's tuning runs, so
+join the ledgers (each worker's ``--ledger`` with the others' ``--merge``) and start the workers again.
 
 Outputs: the ledger; ``<out>/paper_tables.md`` (tables with the paper's numbers beside ours, the paired
 per-seed difference GPSE - best explicit PSE, the budget); figures ``benchmarks/figures/paper_<table>.png``.
@@ -151,10 +157,13 @@ def grid_settings(source: str) -> list[tuple[str, list]]:
             for kind in kinds for dropout in GRID_DROPOUT]
 
 
-def select_settings(cells: dict, split: str = "val") -> tuple[dict, dict]:
+def select_settings(cells: dict, tune_seeds: int = 0, split: str = "val") -> tuple[dict, dict]:
     """Per column and arm, the setting with the best mean ``split`` score (lower is better in every table
-    here): ``({column: {arm: runs of the chosen setting}}, {column: {arm: setting}})``; the test score plays
-    no part in the choice."""
+    here) and the runs that report it: ``({column: {arm: reported runs}}, {column: {arm: setting}})``.
+
+    With ``tune_seeds`` the choice reads only the runs of seeds below it and the reported runs are the chosen
+    setting's other seeds (fresh seeds: the table's scores took no part in the choice); without, both are
+    all of its runs. The test score never plays a part."""
     chosen_runs: dict = {}
     chosen: dict = {}
     for column, by_label in cells.items():
@@ -163,16 +172,33 @@ def select_settings(cells: dict, split: str = "val") -> tuple[dict, dict]:
             arm, _, setting = label.partition("|")
             arms.setdefault(arm, {})[setting or None] = runs
         for arm, settings in arms.items():
-            best = min(settings, key=lambda k: stats([r[split] for r in settings[k]])[0])
-            chosen_runs.setdefault(column, {})[arm] = settings[best]
+            best = best_setting(settings, tune_seeds, split)
+            reported = [r for r in settings[best] if r["seed"] >= tune_seeds] if tune_seeds else settings[best]
+            if reported:
+                chosen_runs.setdefault(column, {})[arm] = reported
             if best is not None:
                 chosen.setdefault(column, {})[arm] = best
     return chosen_runs, chosen
 
 
-def chosen_lines(chosen: dict) -> list[str]:
+def best_setting(settings: dict, tune_seeds: int = 0, split: str = "val"):
+    """The key of ``settings`` (setting -> runs) with the lowest mean ``split`` score over the runs of seeds
+    below ``tune_seeds`` (all runs without); a run without a finite score counts as the worst."""
+    def score(runs):
+        tuning = [r for r in runs if r["seed"] < tune_seeds] if tune_seeds else runs
+        values = [math.inf if r.get(split) is None else r[split] for r in tuning]
+        return sum(values) / len(values) if values else math.inf
+
+    return min(settings, key=lambda k: score(settings[k]))
+
+
+def chosen_lines(chosen: dict, tune_seeds: int = 0) -> list[str]:
     """The chosen setting per arm, one line per column."""
-    return [f"Chosen on validation ({COLUMN_LABELS.get(column, column)}): "
+    how = "on validation"
+    if tune_seeds:
+        seeds = "seed 0" if tune_seeds == 1 else f"seeds 0-{tune_seeds - 1}"
+        how = f"on the validation scores of {seeds}, reported on other seeds"
+    return [f"Chosen {how} ({COLUMN_LABELS.get(column, column)}): "
             + "; ".join(f"{_P.get(arm, arm)} {setting}" for arm, setting in arms.items()) + "."
             for column, arms in chosen.items()]
 
@@ -263,42 +289,93 @@ FIELDS = ("table", "column", "source", "seed", "test", "seconds", "host")
 ABOUT = "benchmarks/paper_tables.py: one record per finished run"
 
 
-def pending_runs(plan, seeds, ledger: Ledger, worker: tuple[int, int] = (0, 1)):
-    """``(seed, table, column, source, recipe)`` not yet in ``ledger``, seed-major; with ``worker=(i, n)``
-    every n-th of them from the i-th, so that n processes (or machines) share one sweep without overlap."""
-    todo = [(seed, *item) for seed in seeds for item in plan
-            if not ledger.has(run_key(*item[:3], seed), budget_key(item[3]))]
+def sweep_runs(plan, seeds, ledger: Ledger, tune_seeds: int = 0) -> tuple[list, int]:
+    """``(runs, waiting)``: every run the sweep needs that the ledger lets us name now, as ``(seed, table,
+    column, label, recipe)``, and how many arms wait for their tuning runs.
+
+    Without ``tune_seeds`` every item of ``plan`` runs every seed of ``seeds``. With it (``--grid``), an arm
+    with several settings (labels ``source|setting``) runs each on the tuning seeds ``0 .. tune_seeds - 1``;
+    once all of those are in the ledger, the setting with the best mean validation score runs the reported
+    seeds ``tune_seeds .. tune_seeds + len(seeds) - 1``. An arm with one setting runs the reported seeds only,
+    so every cell of a table is reported on the same seeds, none of them used for a choice. Tuning runs come
+    first; each group is seed-major."""
+    if not tune_seeds:
+        return [(seed, *item) for seed in seeds for item in plan], 0
+    arms: dict = {}
+    for item in plan:
+        arms.setdefault((item[0], item[1], item[2].partition("|")[0]), []).append(item)
+    reported = range(tune_seeds, tune_seeds + len(seeds))
+    tuning, final, waiting = [], [], 0
+    for items in arms.values():
+        if len(items) == 1:
+            final += [(seed, *items[0]) for seed in reported]
+            continue
+        tuning += [(seed, *item) for seed in range(tune_seeds) for item in items]
+        runs = {i: [ledger.runs[key] for key in (run_key(*item[:3], s) for s in range(tune_seeds))
+                    if ledger.has(key, budget_key(item[3]))] for i, item in enumerate(items)}
+        if any(len(r) < tune_seeds for r in runs.values()):
+            waiting += 1
+            continue
+        best = items[best_setting(runs, tune_seeds)]
+        final += [(seed, *best) for seed in reported]
+    order = sorted(range(len(tuning)), key=lambda i: tuning[i][0])
+    return [tuning[i] for i in order] + sorted(final, key=lambda run: run[0]), waiting
+
+
+def pending_runs(plan, seeds, ledger: Ledger, worker: tuple[int, int] = (0, 1), tune_seeds: int = 0):
+    """The runs of :func:`sweep_runs` not yet in ``ledger``; with ``worker=(i, n)`` every n-th of them from the
+    i-th, so that n processes (or machines) share one sweep without overlap."""
+    runs, _ = sweep_runs(plan, seeds, ledger, tune_seeds)
+    todo = [run for run in runs if not ledger.has(run_key(*run[1:4], run[0]), budget_key(run[4]))]
     index, count = worker
     return todo[index::count]
 
 
 def run_all(plan, seeds, ledger: Ledger, out: Path, threads: int | None, log=print,
-            worker: tuple[int, int] = (0, 1)) -> None:
-    """Train every ``(table, column, source, recipe)`` of ``plan`` for every seed, seed-major."""
+            worker: tuple[int, int] = (0, 1), tune_seeds: int = 0) -> None:
+    """Train the runs of :func:`sweep_runs`. One process goes on until every arm's reported seeds are done
+    (a choice made once its tuning runs are in); a worker of several runs its share of what can be named at
+    the start (the shares of two workers agree only on the same ledger) and says what waits for the others."""
+    while todo := pending_runs(plan, seeds, ledger, worker, tune_seeds):
+        for run in todo:
+            _train_one(run, ledger, out, threads, log)
+        if worker[1] > 1:
+            break
+    waiting = sweep_runs(plan, seeds, ledger, tune_seeds)[1]
+    if waiting:
+        log(f"{waiting} arm(s) wait for tuning runs not in {ledger.path}: join the workers' ledgers (--merge) "
+            f"and run again")
+
+
+def _train_one(run, ledger: Ledger, out: Path, threads: int | None, log=print) -> None:
     from gpse_dgl.train.downstream import train_downstream
 
-    for seed, table, column, source, recipe in pending_runs(plan, seeds, ledger, worker):
-        budget, key = budget_key(recipe), run_key(table, column, source, seed)
-        job = copy.deepcopy(recipe)
-        job["general_pipeline"]["save_path"] = str(out / budget / key.replace("+", "_").replace(":", "_"))
-        if threads:
-            job["general_pipeline"]["num_threads"] = threads
-        resume = (Path(job["general_pipeline"]["save_path"]) / "recipe.yaml").is_file()
-        started = time.perf_counter()
-        summary = train_downstream(job, resume=resume, overwrite=not resume, seeds=[recipe["seed"] + seed],
-                                   progress=False, log=lambda m: None)
-        run = summary["runs"][0]
-        record = {"budget": budget, "table": table, "column": column, "source": source, "seed": seed,
-                  "metric": summary["metric"], "best_epoch": run["best_epoch"],
-                  "epochs": job["general_pipeline"]["num_epochs"],
-                  **{split: _finite(run[split]) for split in ("train", "val", "test")},
-                  "seconds": round(time.perf_counter() - started, 1),
-                  "host": host(summary.get("environment", {}).get("device_name")),
-                  "date": time.strftime("%Y-%m-%d"), "parameters": summary["model"]["num_parameters"],
-                  "device": device_label(recipe["device"]), "code": _code_digest_once(),
-                  **({"encoder": encoder_of(recipe)} if source.startswith("GPSE") else {})}
-        ledger.add(key, record)
-        log(f"{key}: val {record['val']:.4f} test {record['test']:.4f} ({record['seconds']:.0f} s)")
+    seed, table, column, source, recipe = run
+    budget, key = budget_key(recipe), run_key(table, column, source, seed)
+    job = copy.deepcopy(recipe)
+    job["general_pipeline"]["save_path"] = str(out / budget / key.replace("+", "_").replace(":", "_"))
+    if threads:
+        job["general_pipeline"]["num_threads"] = threads
+    resume = (Path(job["general_pipeline"]["save_path"]) / "recipe.yaml").is_file()
+    started = time.perf_counter()
+    summary = train_downstream(job, resume=resume, overwrite=not resume, seeds=[recipe["seed"] + seed],
+                               progress=False, log=lambda m: None)
+    result = summary["runs"][0]
+    record = {"budget": budget, "table": table, "column": column, "source": source, "seed": seed,
+              "metric": summary["metric"], "best_epoch": result["best_epoch"],
+              "epochs": job["general_pipeline"]["num_epochs"],
+              **{split: _finite(result[split]) for split in ("train", "val", "test")},
+              "seconds": round(time.perf_counter() - started, 1),
+              "host": host(summary.get("environment", {}).get("device_name")),
+              "date": time.strftime("%Y-%m-%d"), "parameters": summary["model"]["num_parameters"],
+              "device": device_label(recipe["device"]), "code": _code_digest_once(),
+              **({"encoder": encoder_of(recipe)} if source.startswith("GPSE") else {})}
+    ledger.add(key, record)
+    log(f"{key}: val {_shown(record['val'])} test {_shown(record['test'])} ({record['seconds']:.0f} s)")
+
+
+def _shown(value) -> str:
+    return "not finite" if value is None else f"{value:.4f}"
 
 
 def _finite(value):
@@ -471,7 +548,10 @@ def main(argv=None) -> None:
                       "run folders (checkpoints for resuming)", "only write the tables and figures so far")
     parser.add_argument("--grid", action="store_true",
                         help="tune every arm on the same grid (input dropout 0 / 0.5 x its own PE encoder / the "
-                             "alternative), chosen on validation; the chosen setting is reported per arm")
+                             "alternative) on --tune-seeds seeds, choose on validation, report the chosen "
+                             "setting on --seeds fresh seeds; the chosen setting is reported per arm")
+    parser.add_argument("--tune-seeds", type=int, default=1,
+                        help="with --grid: seeds per setting for the choice (default: %(default)s)")
     parser.add_argument("--device", default=None, metavar="LABEL",
                         help="the device the fingerprints name, e.g. 'cuda:NVIDIA H200' to report runs made on "
                              "it from another machine (default: where this process trains)")
@@ -487,6 +567,9 @@ def main(argv=None) -> None:
     extra = dict(item.split("=", 1) for item in args.gpse_extra)
     columns = args.columns.split(",") if args.columns else None
     worker = parse_worker(args.worker)
+    if args.grid and args.tune_seeds < 1:
+        sys.exit("error: --tune-seeds must be at least 1")
+    tune_seeds = args.tune_seeds if args.grid else 0
     DEVICE[0] = args.device
     try:
         plan = [(table, column, source, recipe) for table in tables
@@ -495,19 +578,19 @@ def main(argv=None) -> None:
                     args.sources.split(","), overrides, args.checkpoint, extra, args.grid)]
         ledger = open_ledger(args.ledger, args.merge, FIELDS, ABOUT, args.report_only)
         if not args.report_only:
-            run_all(plan, range(args.seeds), ledger, args.out, args.threads, worker=worker)
+            run_all(plan, range(args.seeds), ledger, args.out, args.threads, worker=worker, tune_seeds=tune_seeds)
     except GPSEError as exc:
         sys.exit(f"error: {exc}")
     report = []
     for table in tables:
         budgets = {(c, s): budget_key(r) for t, c, s, r in plan if t == table}
-        cells, chosen = select_settings(collect(ledger, table, budgets))
+        cells, chosen = select_settings(collect(ledger, table, budgets), tune_seeds)
         notes = empty_rows(plan, table, ledger, budgets)
         if not cells:
             report += [f"{table}: no run at this budget in {ledger.path}", *notes, ""]
             continue
         report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, ledger, budgets), "",
-                   *chosen_lines(chosen), *([""] if chosen else []),
+                   *chosen_lines(chosen, tune_seeds), *([""] if chosen else []),
                    *notes, *([""] if notes else [])]
         plot(table, cells, args.figures / f"paper_{table}.png")
     args.out.mkdir(parents=True, exist_ok=True)

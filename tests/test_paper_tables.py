@@ -212,3 +212,64 @@ def test_the_fingerprint_names_the_code_and_the_device(monkeypatch):
     on_gpu = script.budget_key(recipe)
     monkeypatch.setattr(script, "_code_digest_once", lambda: "another code version")
     assert len({first, on_gpu, script.budget_key(recipe)}) == 3
+
+
+def _grid_plan():
+    return [("solubility", "gine", label, {"label": label}) for label in ("none|-", "RWSE|a", "RWSE|b")]
+
+
+def test_a_grid_arm_is_tuned_on_seed_0_and_reported_on_fresh_seeds(tmp_path, monkeypatch):
+    script = _script()
+    monkeypatch.setattr(script, "budget_key", lambda recipe: "b")
+    ledger = script.Ledger(tmp_path / "ledger.json")
+    runs, waiting = script.sweep_runs(_grid_plan(), range(2), ledger, tune_seeds=1)
+    assert [(seed, label) for seed, _, _, label, _ in runs] == [(0, "RWSE|a"), (0, "RWSE|b"), (1, "none|-"),
+                                                                (2, "none|-")]
+    assert waiting == 1  # RWSE's reported seeds wait for its choice
+    ledger.add("solubility/gine/RWSE|a/seed0", {"budget": "b", "seed": 0, "val": 0.3})
+    assert script.sweep_runs(_grid_plan(), range(2), ledger, tune_seeds=1)[1] == 1
+    ledger.add("solubility/gine/RWSE|b/seed0", {"budget": "b", "seed": 0, "val": 0.2})
+    runs, waiting = script.sweep_runs(_grid_plan(), range(2), ledger, tune_seeds=1)
+    assert waiting == 0
+    assert [(seed, label) for seed, _, _, label, _ in runs][2:] == [(1, "none|-"), (1, "RWSE|b"), (2, "none|-"),
+                                                                    (2, "RWSE|b")]
+    ledger.add("solubility/gine/RWSE|b/seed0", {"budget": "b", "seed": 0, "val": None})  # diverged: the worst
+    runs, _ = script.sweep_runs(_grid_plan(), range(2), ledger, tune_seeds=1)
+    assert {label for _, _, _, label, _ in runs[2:]} == {"none|-", "RWSE|a"}
+    # without tuning, every setting runs every seed
+    assert len(script.sweep_runs(_grid_plan(), range(2), ledger)[0]) == 6
+
+
+def test_reported_runs_took_no_part_in_the_choice():
+    script = _script()
+    cells = {"gine": {"RWSE|a": [{"seed": 0, "val": 0.2, "test": 0.9}, {"seed": 1, "val": 0.9, "test": 0.4},
+                                 {"seed": 2, "val": 0.9, "test": 0.5}],
+                      "RWSE|b": [{"seed": 0, "val": 0.3, "test": 0.1}],
+                      "none|-": [{"seed": 1, "val": 0.5, "test": 0.5}]}}
+    runs, chosen = script.select_settings(cells, tune_seeds=1)
+    assert chosen == {"gine": {"RWSE": "a", "none": "-"}}  # seed 0's validation, not the later seeds'
+    assert [r["seed"] for r in runs["gine"]["RWSE"]] == [1, 2]
+    assert [r["seed"] for r in runs["gine"]["none"]] == [1]
+
+
+def test_one_process_runs_both_stages_and_a_worker_says_what_waits(tmp_path, monkeypatch):
+    script = _script()
+    monkeypatch.setattr(script, "budget_key", lambda recipe: "b")
+    vals = {"RWSE|a": 0.3, "RWSE|b": 0.2, "none|-": 0.5}
+
+    def train_one(run, ledger, out, threads, log=print):
+        seed, table, column, label, _ = run
+        ledger.add(script.run_key(table, column, label, seed), {"budget": "b", "seed": seed, "val": vals[label]})
+
+    monkeypatch.setattr(script, "_train_one", train_one)
+    ledger = script.Ledger(tmp_path / "one.json")
+    script.run_all(_grid_plan(), range(2), ledger, tmp_path, None, log=lambda m: None, tune_seeds=1)
+    assert sorted(ledger.runs) == ["solubility/gine/RWSE|a/seed0", "solubility/gine/RWSE|b/seed0",
+                                   "solubility/gine/RWSE|b/seed1", "solubility/gine/RWSE|b/seed2",
+                                   "solubility/gine/none|-/seed1", "solubility/gine/none|-/seed2"]
+    lines = []
+    worker = script.Ledger(tmp_path / "worker.json")
+    script.run_all(_grid_plan(), range(2), worker, tmp_path, None, log=lines.append, worker=(0, 2), tune_seeds=1)
+    assert sorted(worker.runs) == ["solubility/gine/RWSE|a/seed0", "solubility/gine/none|-/seed1"]
+    assert lines == [f"1 arm(s) wait for tuning runs not in {worker.path}: join the workers' ledgers (--merge) "
+                     f"and run again"]
