@@ -12,7 +12,10 @@ Methods (``--methods``, comma-separated; ``svm`` = the three SVR arms, ``gnn`` =
   distances, ``_svr.combined_distances``).
 * ``<gine|gps>-<none|RWSE|AllPSE|GPSE>``: ``recipes/downstream/moleculeace.yaml`` with ``model.name`` and
   ``model.pe.source`` set (validation: a seeded tenth of train; the test RMSE at the best validation epoch),
-  ``--seeds`` seeds each.
+  ``--seeds`` seeds each. With ``--grid`` every arm is tuned as ``paper_tables.py --grid`` tunes the paper
+  tables' arms (input dropout 0 / 0.5 x the source's own PE encoder / the alternative): each setting runs
+  on the ten design targets with seed 0, and the one with the lowest mean validation RMSE there runs every
+  target and seed; the choice and the scores behind it head the report.
 
 Targets (``--targets``): ``design`` (the ten every setting is chosen on), ``report`` (the other twenty,
 run once with the chosen settings), ``moleculeace`` (all 30) or target names. Every result carries the RMSE
@@ -29,6 +32,7 @@ Examples::
     python benchmarks/moleculeace.py --methods svm --targets design --pooling mean
     python benchmarks/moleculeace.py --methods svm --targets report          # the chosen settings
     python benchmarks/moleculeace.py --methods gnn --targets report --seeds 3 --worker 0/2 --ledger /tmp/a.json
+    python benchmarks/moleculeace.py --methods gnn --targets report,design --grid --seeds 3   # tuned arms
     python benchmarks/moleculeace.py --merge /tmp/a.json --merge /tmp/b.json --report-only
     python benchmarks/moleculeace.py --quick                                 # a smoke test, minutes
 
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import functools
 import hashlib
 import json
 import math
@@ -103,9 +108,11 @@ def expand_targets(text: str) -> list[str]:
     return targets
 
 
+@functools.lru_cache(maxsize=None)
 def code_version(*parts: str) -> str:
     """sha256 (16 hex) of the content of the source files under ``parts`` (files or folders, from the repo
-    root): a change to the code that computes an arm makes its runs stale."""
+    root): a change to the code that computes an arm makes its runs stale. Read once per process: the code
+    that runs is the code imported at the start."""
     digest = hashlib.sha256()
     for part in parts:
         path = ROOT / part
@@ -172,13 +179,82 @@ def arm_label(method: str, settings: dict) -> str:
     return method
 
 
-def plan_runs(methods, targets, seeds: int, settings: dict, overrides, checkpoint):
-    """``[(key, budget, target, method, seed, recipe or None)]``, GNN runs seed-major."""
-    plan = [(f"{t}/{arm_label(m, settings)}/seed0", svm_budget(m, settings), t, m, 0, None)
-            for t in targets for m in methods if m in SVM_METHODS]
-    gnn = [(t, m, gnn_recipe(m, t, overrides, checkpoint)) for t in targets for m in methods if m in GNN_METHODS]
-    plan += [(f"{t}/{m}/seed{s}", gnn_budget(r), t, m, s, r) for s in range(seeds) for t, m, r in gnn]
+class Plan(list):
+    """``[(key, budget, target, method, seed, recipe or None)]``, SVR runs first, then the GNN runs: tuning
+    runs, then the rest seed-major. ``chosen``: each GNN arm's setting (``-`` for the recipe's own), for the
+    arms whose choice is made; ``grid``: ``{arm: {setting: mean validation RMSE over the design targets}}``;
+    ``waiting``: how many arms wait for tuning runs."""
+
+    chosen: dict
+    grid: dict
+    waiting: int
+
+
+def gnn_settings(method: str, grid: bool) -> list[tuple[str, list]]:
+    """``[(setting, overrides)]`` of a GNN arm: with ``grid`` the grid every arm of ``paper_tables.py`` is tuned
+    on (input dropout 0 / 0.5 x the source's own PE encoder / the alternative; one setting for ``none``),
+    else the recipe's own, ``-``."""
+    if not grid:
+        return [("-", [])]
+    from paper_tables import grid_settings
+
+    return grid_settings(method.split("-", 1)[1])
+
+
+def arm_key(method: str, setting: str) -> str:
+    """A GNN arm's name in the ledger's keys: the method, with ``|setting`` where it has several."""
+    return method if setting == "-" else f"{method}|{setting}"
+
+
+def plan_runs(methods, targets, seeds: int, settings: dict, overrides, checkpoint, ledger: Ledger | None = None,
+              grid: bool = False, design_targets=None) -> Plan:
+    """The runs of ``methods`` on ``targets``. With ``grid``, a GNN arm with several settings first runs each
+    of them on every design target with seed 0; once all are in ``ledger``, the setting with the lowest mean
+    validation RMSE over the design targets runs every target and seed (its tuning runs count as the design
+    targets' seed 0). Nothing about a report target takes part in the choice."""
+    from gpse_dgl.data.moleculeace import DESIGN_TARGETS
+
+    design = list(design_targets or DESIGN_TARGETS)
+    plan = Plan((f"{t}/{arm_label(m, settings)}/seed0", svm_budget(m, settings), t, m, 0, None)
+                for t in targets for m in methods if m in SVM_METHODS)
+    plan.chosen, plan.grid, plan.waiting = {}, {}, 0
+    tuning, final = [], []
+    for method in (m for m in methods if m in GNN_METHODS):
+        options = dict(gnn_settings(method, grid))
+        overrides_of = {setting: list(overrides) + extra for setting, extra in options.items()}
+        if len(options) > 1:
+            tried = {setting: arm_runs(method, setting, overrides_of[setting], design, [0], checkpoint)
+                     for setting in options}
+            tuning += [item for items in tried.values() for item in items]
+            scores = tuning_scores(tried, ledger)
+            if scores is None:
+                plan.waiting += 1
+                continue
+            plan.grid[method] = scores
+            best = min(scores, key=scores.get)
+        else:
+            best = next(iter(options))
+        plan.chosen[method] = best
+        final += arm_runs(method, best, overrides_of[best], targets, range(seeds), checkpoint)
+    seen = {item[0] for item in tuning}
+    plan += tuning + sorted((item for item in final if item[0] not in seen), key=lambda item: item[4])
     return plan
+
+
+def arm_runs(method: str, setting: str, overrides, targets, seeds, checkpoint) -> list:
+    """Plan items of one GNN arm and setting on ``targets`` x ``seeds``, seed-major."""
+    recipes = {t: gnn_recipe(method, t, overrides, checkpoint) for t in targets}
+    return [(f"{t}/{arm_key(method, setting)}/seed{s}", gnn_budget(recipes[t]), t, method, s, recipes[t])
+            for s in seeds for t in targets]
+
+
+def tuning_scores(tried: dict, ledger: Ledger | None) -> dict | None:
+    """``{setting: mean validation RMSE of its tuning runs}`` (a run without a finite score counts as the
+    worst), or None while any tuning run is missing from ``ledger``."""
+    if ledger is None or not all(ledger.has(item[0], item[1]) for items in tried.values() for item in items):
+        return None
+    values = {setting: [ledger.runs[item[0]].get("val") for item in items] for setting, items in tried.items()}
+    return {setting: sum(math.inf if v is None else v for v in vals) / len(vals) for setting, vals in values.items()}
 
 
 def pending(plan, ledger: Ledger, worker=(0, 1)):
@@ -283,20 +359,37 @@ def run_gnn(recipe: dict, seed: int, folder: Path, threads) -> dict:
             "host": host(summary.get("environment", {}).get("device_name"))}
 
 
-def run_all(plan, ledger: Ledger, out: Path, settings: dict, threads, worker=(0, 1), log=print) -> None:
+def run_all(make_plan, ledger: Ledger, out: Path, settings: dict, threads, worker=(0, 1), log=print) -> None:
+    """Run what ``make_plan()`` names and the ledger lacks. One process goes on until nothing is left (a grid
+    arm's choice is made once its tuning runs are in); a worker of several runs its share of what can be named
+    at the start (two workers' shares agree only on the same ledger) and says what waits for the others."""
     descriptors = Descriptors(out, settings["checkpoint"])
-    for key, budget, target, method, seed, recipe in pending(plan, ledger, worker):
-        started = time.perf_counter()
-        if recipe is None:
-            record = {**run_svm(target, method, settings, descriptors), "host": host()}
-        else:
-            record = run_gnn(recipe, seed, out / budget / key.replace("+", "_"), threads)
-        record = {"budget": budget, "target": target, "method": method, "arm": key.split("/")[1], "seed": seed,
-                  **{k: _finite(v) if isinstance(v, float) else v for k, v in record.items()},
-                  "seconds": round(time.perf_counter() - started, 1), "date": time.strftime("%Y-%m-%d")}
-        ledger.add(key, record)
-        cliff = math.nan if record["cliff_rmse"] is None else record["cliff_rmse"]
-        log(f"{key}: rmse {record['rmse']:.4f} cliff {cliff:.4f} ({record['seconds']:.0f} s)")
+    while todo := pending(make_plan(), ledger, worker):
+        for item in todo:
+            run_one(item, ledger, out, settings, descriptors, threads, log)
+        if worker[1] > 1:
+            break
+    waiting = make_plan().waiting
+    if waiting:
+        log(f"{waiting} arm(s) wait for tuning runs not in {ledger.path}: join the workers' ledgers (--merge) and "
+            f"run again")
+
+
+def run_one(item, ledger: Ledger, out: Path, settings: dict, descriptors: Descriptors, threads, log=print) -> None:
+    key, budget, target, method, seed, recipe = item
+    started = time.perf_counter()
+    if recipe is None:
+        record = {**run_svm(target, method, settings, descriptors), "host": host()}
+    else:
+        record = run_gnn(recipe, seed, out / budget / key.replace("+", "_").replace("|", "_").replace(" ", "_"),
+                         threads)
+    record = {"budget": budget, "target": target, "method": method, "arm": key.split("/")[1], "seed": seed,
+              **{k: _finite(v) if isinstance(v, float) else v for k, v in record.items()},
+              "seconds": round(time.perf_counter() - started, 1), "date": time.strftime("%Y-%m-%d")}
+    ledger.add(key, record)
+    cliff = math.nan if record["cliff_rmse"] is None else record["cliff_rmse"]
+    rmse = math.nan if record["rmse"] is None else record["rmse"]
+    log(f"{key}: rmse {rmse:.4f} cliff {cliff:.4f} ({record['seconds']:.0f} s)")
 
 
 def _finite(value):
@@ -328,6 +421,26 @@ def collect(ledger: Ledger, plan) -> dict:
             runs.setdefault(arm, {}).setdefault(record["target"], []).append(record)
     return {arm: {t: (stats([r["rmse"] for r in rs])[0], stats([r["cliff_rmse"] for r in rs])[0], len(rs))
                   for t, rs in by_target.items()} for arm, by_target in runs.items()}
+
+
+def arm_cells(cells: dict, plan: Plan) -> dict:
+    """``cells`` with each GNN arm's chosen setting under the arm's own name and the other settings left out."""
+    named = {arm: by_target for arm, by_target in cells.items() if "|" not in arm}
+    for method, setting in plan.chosen.items():
+        if arm_key(method, setting) in cells:
+            named[method] = cells[arm_key(method, setting)]
+    return named
+
+
+def grid_markdown(plan: Plan) -> str:
+    """The tuned arms' settings with their mean validation RMSE over the design targets (seed 0)."""
+    lines = ["## settings chosen on the design targets", "",
+             "| arm | setting (PE encoder, input dropout) | mean validation RMSE, design targets, seed 0 | |",
+             "|---|---|---:|---|"]
+    for method, scores in plan.grid.items():
+        for setting, score in sorted(scores.items(), key=lambda item: item[1]):
+            lines.append(f"| {method} | {setting} | {score:.4f} | {'chosen' if setting == plan.chosen[method] else ''} |")
+    return "\n".join(lines)
 
 
 def sign_test(differences) -> tuple[int, int, float]:
@@ -486,6 +599,9 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads per GNN run (default: torch's)")
     add_sweep_options(parser, HERE / "moleculeace.json", ROOT / "runs" / "moleculeace", HERE / "figures",
                       "GNN run folders, GPSE encodings, the report", "only write the report from the ledger")
+    parser.add_argument("--grid", action="store_true",
+                        help="GNN arms: try every setting of paper_tables.py's grid on the design targets (seed 0), "
+                             "run the one with the best mean validation RMSE everywhere")
     parser.add_argument("--quick", action="store_true",
                         help="smoke test: two small design targets, every method, one seed, one epoch")
     args = parser.parse_args(argv)
@@ -498,15 +614,22 @@ def main(argv=None) -> None:
     methods, targets = expand_methods(args.methods), expand_targets(args.targets)
     overrides = list(args.overrides) + ([f"general_pipeline.num_epochs={args.epochs}"] if args.epochs else [])
     settings = {"pooling": args.pooling, "weight": args.gpse_weight, "checkpoint": args.checkpoint}
+    worker = parse_worker(args.worker)
     try:
-        plan = plan_runs(methods, targets, args.seeds, settings, overrides, args.checkpoint)
         ledger = open_ledger(args.ledger, args.merge, FIELDS, ABOUT, args.report_only)
+
+        def make_plan():
+            return plan_runs(methods, targets, args.seeds, settings, overrides, args.checkpoint, ledger, args.grid)
+
         if not args.report_only:
-            run_all(plan, ledger, args.out, settings, args.threads, parse_worker(args.worker))
+            run_all(make_plan, ledger, args.out, settings, args.threads, worker)
+        plan = make_plan()
     except GPSEError as exc:
         sys.exit(f"error: {exc}")
-    cells = collect(ledger, plan)
-    report, summary = [], {"settings": {k: v for k, v in settings.items()}, "sets": {}}
+    cells = arm_cells(collect(ledger, plan), plan)
+    report = [grid_markdown(plan), ""] if plan.grid else []
+    summary = {"settings": {k: v for k, v in settings.items()}, "chosen": plan.chosen, "grid": plan.grid,
+               "sets": {}}
     for name, members in (("design", DESIGN_TARGETS), ("report", REPORT_TARGETS)):
         chosen = [t for t in members if t in targets]
         if not chosen or not any(t in by for by in cells.values() for t in chosen):

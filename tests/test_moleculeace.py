@@ -192,3 +192,60 @@ def test_benchmark_quick_path_fills_the_ledger_and_resumes(wheel, tmp_path, caps
     assert (tmp_path / "figures" / "moleculeace_design.png").is_file()
     script.main(argv)  # everything is in the ledger: nothing runs again
     assert json.loads(ledger.read_text())["runs"] == runs
+
+
+DESIGN, REPORT = ("CHEMBL1862_Ki", "CHEMBL2047_EC50"), "CHEMBL214_Ki"
+SVR_SETTINGS = {"pooling": "mean", "weight": 1.0, "checkpoint": None}
+
+
+def _grid_plan(script, ledger):
+    return script.plan_runs(["gine-none", "gine-RWSE"], [REPORT], 2, SVR_SETTINGS, [], None, ledger, grid=True,
+                            design_targets=DESIGN)
+
+
+def _record(item, val):
+    key, budget, target, method, seed, _ = item
+    return {"budget": budget, "target": target, "method": method, "arm": key.split("/")[1], "seed": seed,
+            "rmse": 1.0, "cliff_rmse": 1.0, "val": val, "seconds": 0.0, "host": "test"}
+
+
+def test_grid_settings_are_chosen_on_the_design_targets_validation_only(tmp_path):
+    script = load_benchmark("moleculeace")
+    ledger = script.Ledger(tmp_path / "ledger.json")
+    plan = _grid_plan(script, ledger)
+    settings = ["linear in 0", "linear in 0.5", "mlp in 0", "mlp in 0.5"]
+    tuning = [f"{t}/gine-RWSE|{s}/seed0" for s in settings for t in DESIGN]
+    assert [item[0] for item in plan] == tuning + [f"{REPORT}/gine-none/seed0", f"{REPORT}/gine-none/seed1"]
+    assert plan.waiting == 1 and plan.chosen == {"gine-none": "-"}
+    vals = {"linear in 0": 0.9, "linear in 0.5": 0.8, "mlp in 0": 0.7, "mlp in 0.5": None}  # None: diverged
+    for item in plan[:-2]:
+        ledger.add(item[0], _record(item, vals[item[0].split("|")[1].split("/")[0]]))
+    ledger.add(f"{REPORT}/gine-RWSE|linear in 0/seed0", {**_record(plan[0], 0.01), "target": REPORT})  # never read
+    plan = _grid_plan(script, ledger)
+    assert plan.waiting == 0 and plan.chosen == {"gine-none": "-", "gine-RWSE": "mlp in 0"}
+    assert plan.grid["gine-RWSE"]["mlp in 0.5"] == math.inf
+    assert [item[0] for item in plan[len(tuning):]] == [
+        f"{REPORT}/gine-none/seed0", f"{REPORT}/gine-RWSE|mlp in 0/seed0", f"{REPORT}/gine-none/seed1",
+        f"{REPORT}/gine-RWSE|mlp in 0/seed1"]
+    cells = {"gine-none": {REPORT: (1.0, 1.0, 2)}, "gine-RWSE|mlp in 0": {REPORT: (0.5, 0.6, 2)},
+             "gine-RWSE|linear in 0": {REPORT: (0.1, 0.1, 1)}}
+    assert script.arm_cells(cells, plan) == {"gine-none": {REPORT: (1.0, 1.0, 2)},
+                                             "gine-RWSE": {REPORT: (0.5, 0.6, 2)}}
+    assert "| gine-RWSE | mlp in 0 | 0.7000 | chosen |" in script.grid_markdown(plan)
+
+
+def test_one_process_tunes_then_runs_the_choice_and_a_worker_says_what_waits(tmp_path, monkeypatch):
+    script = load_benchmark("moleculeace")
+    monkeypatch.setattr(script, "run_one", lambda item, ledger, *a, **k: ledger.add(item[0], _record(
+        item, 0.5 if "|" not in item[0] else {"linear": 0.4, "mlp": 0.6}[item[0].split("|")[1].split()[0]])))
+    ledger = script.Ledger(tmp_path / "one.json")
+    script.run_all(lambda: _grid_plan(script, ledger), ledger, tmp_path, SVR_SETTINGS, None, log=lambda m: None)
+    plan = _grid_plan(script, ledger)
+    assert plan.chosen["gine-RWSE"] in ("linear in 0", "linear in 0.5") and not script.pending(plan, ledger)
+    assert sum(f"{REPORT}/gine-RWSE|" in key for key in ledger.runs) == 2
+    lines, worker = [], script.Ledger(tmp_path / "worker.json")
+    script.run_all(lambda: _grid_plan(script, worker), worker, tmp_path, SVR_SETTINGS, None, worker=(1, 2),
+                   log=lines.append)
+    assert len(worker.runs) == 5  # every other of the 8 tuning runs and 2 none runs
+    assert lines == [f"1 arm(s) wait for tuning runs not in {worker.path}: join the workers' ledgers (--merge) and "
+                     f"run again"]
