@@ -29,8 +29,10 @@ Example::
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from gpse_dgl.utils.errors import GPSEError
 
@@ -129,9 +131,40 @@ def open_ledger(path: Path, merge: Iterable[Path] = (), fields: Iterable[str] = 
     return ledger
 
 
+def run_processes(script: Path, argv: Sequence[str], processes: int, ledger: Ledger,
+                  log: Callable[[str], None] = print) -> None:
+    """Run ``script``'s sweep as ``processes`` local workers, pass after pass, joining their runs into ``ledger``.
+
+    In a pass, worker ``i`` runs ``script argv --worker i/N --ledger <ledger>.worker<i>.json --merge <ledger>
+    --skip-report`` (the options appended last override the same ones in ``argv``): it starts from every run
+    joined so far and runs its share of what can be named from them. The pass's runs are then joined into
+    ``ledger``. Passes go on until one adds nothing: an arm tuned on a grid names its chosen setting's runs only
+    once every worker's tuning runs are joined. A worker that fails stops the sweep with one line; its
+    finished runs are joined first."""
+    ledger._write()  # the workers merge it, so it must exist
+    paths = [ledger.path.with_name(f"{ledger.path.stem}.worker{i}.json") for i in range(processes)]
+    for number in range(1, 1_000_000):
+        for path in paths:
+            path.unlink(missing_ok=True)
+        workers = [subprocess.Popen([sys.executable, str(script), *argv, "--processes", "1", "--worker",
+                                     f"{i}/{processes}", "--ledger", str(path), "--merge", str(ledger.path),
+                                     "--skip-report"]) for i, path in enumerate(paths)]
+        codes = [worker.wait() for worker in workers]
+        added = sum(ledger.merge(Ledger(path, ledger.fields)) for path in paths if path.is_file())
+        for path in paths:
+            path.unlink(missing_ok=True)
+        log(f"pass {number}: {added} run(s) from {processes} worker(s) joined into {ledger.path}")
+        failed = [(i, code) for i, code in enumerate(codes) if code]
+        if failed:
+            raise LedgerError(f"worker {failed[0][0]} of {script.name} exited with code {failed[0][1]} (its "
+                              f"output is above); the finished runs are in {ledger.path}")
+        if not added:
+            return
+
+
 def add_sweep_options(parser, ledger: Path, out: Path, figures: Path, out_help: str, report_help: str) -> None:
     """The options every resumable sweep shares: ``--ledger``, ``--out``, ``--figures``, ``--report-only``,
-    ``--worker I/N`` and ``--merge``."""
+    ``--worker I/N``, ``--merge``, ``--processes N`` and ``--skip-report``."""
     parser.add_argument("--ledger", type=Path, default=ledger, help="finished runs (JSON)")
     parser.add_argument("--out", type=Path, default=out, help=f"{out_help} (default: %(default)s)")
     parser.add_argument("--figures", type=Path, default=figures, help="folder of the PNGs")
@@ -141,3 +174,7 @@ def add_sweep_options(parser, ledger: Path, out: Path, figures: Path, out_help: 
                              "machines share the sweep; each writes its own --ledger, joined with --merge")
     parser.add_argument("--merge", action="append", default=[], type=Path, metavar="LEDGER",
                         help="first take the finished runs of another ledger into --ledger (repeatable)")
+    parser.add_argument("--processes", type=int, default=1, metavar="N",
+                        help="run the sweep as N local worker processes, joined into --ledger after every pass "
+                             "(with --threads 1 on small models: more runs per hour than threads in one process)")
+    parser.add_argument("--skip-report", action="store_true", help="run only; no tables or figures")

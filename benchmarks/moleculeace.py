@@ -33,6 +33,7 @@ Examples::
     python benchmarks/moleculeace.py --methods svm --targets report          # the chosen settings
     python benchmarks/moleculeace.py --methods gnn --targets report --seeds 3 --worker 0/2 --ledger /tmp/a.json
     python benchmarks/moleculeace.py --methods gnn --targets report,design --grid --seeds 3   # tuned arms
+    python benchmarks/moleculeace.py --methods gnn --grid --processes 2 --threads 1   # two local workers
     python benchmarks/moleculeace.py --merge /tmp/a.json --merge /tmp/b.json --report-only
     python benchmarks/moleculeace.py --quick                                 # a smoke test, minutes
 
@@ -59,7 +60,7 @@ sys.path.insert(0, str(HERE))
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from _ledger import Ledger, add_sweep_options, open_ledger  # noqa: E402
+from _ledger import Ledger, add_sweep_options, open_ledger, run_processes  # noqa: E402
 from paper_tables import budget_key, host, parse_worker, stats  # noqa: E402
 
 SVM_METHODS = ("ecfp-svm", "gpse-svm", "ecfp+gpse-svm")
@@ -621,11 +622,15 @@ def main(argv=None) -> None:
         def make_plan():
             return plan_runs(methods, targets, args.seeds, settings, overrides, args.checkpoint, ledger, args.grid)
 
-        if not args.report_only:
+        if args.processes > 1 and not args.report_only:
+            run_processes(Path(__file__), sys.argv[1:] if argv is None else argv, args.processes, ledger)
+        elif not args.report_only:
             run_all(make_plan, ledger, args.out, settings, args.threads, worker)
         plan = make_plan()
     except GPSEError as exc:
         sys.exit(f"error: {exc}")
+    if args.skip_report:
+        return
     cells = arm_cells(collect(ledger, plan), plan)
     report = [grid_markdown(plan), ""] if plan.grid else []
     summary = {"settings": {k: v for k, v in settings.items()}, "chosen": plan.chosen, "grid": plan.grid,

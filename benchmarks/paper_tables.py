@@ -49,6 +49,9 @@ the ledgers are joined)::
 With ``--grid`` a worker runs its share of what can be named from its ledger: the tuning runs and the
 reported seeds of arms with nothing to tune. The chosen settings' runs need every worker's tuning runs, so
 join the ledgers (each worker's ``--ledger`` with the others' ``--merge``) and start the workers again.
+On one machine ``--processes N`` does all of that: N workers per pass, joined into ``--ledger`` after each,
+until a pass adds nothing (``python benchmarks/paper_tables.py --tables zinc-pse --grid --processes 2
+--threads 1``).
 
 Outputs: the ledger; ``<out>/paper_tables.md`` (tables with the paper's numbers beside ours, the paired
 per-seed difference GPSE - best explicit PSE, the budget); figures ``benchmarks/figures/paper_<table>.png``.
@@ -70,7 +73,7 @@ sys.path.insert(0, str(HERE))
 if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
-from _ledger import Ledger, add_sweep_options, open_ledger  # noqa: E402  (Ledger: other scripts import it from here)
+from _ledger import Ledger, add_sweep_options, open_ledger, run_processes  # noqa: E402  (Ledger: other scripts import it from here)
 
 SOURCES = ("none", "rand", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
 EXPLICIT = ("LapPE", "RWSE", "LapPE+RWSE", "AllPSE")
@@ -577,10 +580,14 @@ def main(argv=None) -> None:
                     table, [c for c in columns if c in TABLES[table][1]] if columns else None,
                     args.sources.split(","), overrides, args.checkpoint, extra, args.grid)]
         ledger = open_ledger(args.ledger, args.merge, FIELDS, ABOUT, args.report_only)
-        if not args.report_only:
+        if args.processes > 1 and not args.report_only:
+            run_processes(Path(__file__), sys.argv[1:] if argv is None else argv, args.processes, ledger)
+        elif not args.report_only:
             run_all(plan, range(args.seeds), ledger, args.out, args.threads, worker=worker, tune_seeds=tune_seeds)
     except GPSEError as exc:
         sys.exit(f"error: {exc}")
+    if args.skip_report:
+        return
     report = []
     for table in tables:
         budgets = {(c, s): budget_key(r) for t, c, s, r in plan if t == table}

@@ -5,6 +5,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from _benchmarks import load_benchmark
 
 REPO = Path(__file__).resolve().parent.parent
@@ -273,3 +275,23 @@ def test_one_process_runs_both_stages_and_a_worker_says_what_waits(tmp_path, mon
     assert sorted(worker.runs) == ["solubility/gine/RWSE|a/seed0", "solubility/gine/none|-/seed1"]
     assert lines == [f"1 arm(s) wait for tuning runs not in {worker.path}: join the workers' ledgers (--merge) "
                      f"and run again"]
+
+
+@pytest.mark.slow
+def test_local_processes_run_the_grid_in_passes_and_join_their_runs(tmp_path, capsys):
+    """--processes 2: the tuning runs in the first pass, the chosen setting's in the second, one ledger."""
+    shutil.copytree(FIXTURES / "huuskonen-solubility", tmp_path / "data" / "huuskonen-solubility")
+    ledger = tmp_path / "ledger.json"
+    argv = ["--tables", "solubility", "--sources", "none,RWSE", "--grid", "--seeds", "1", "--epochs", "1",
+            "--set", "model.num_layers=1", "--set", f"data.root={tmp_path / 'data'}",
+            "--set", f"data.cache_dir={tmp_path / 'cache'}", "--threads", "1", "--ledger", str(ledger),
+            "--out", str(tmp_path / "out"), "--figures", str(tmp_path / "figures"), "--processes", "2"]
+    _script().main(argv)
+    runs = json.loads(ledger.read_text())["runs"]
+    tuning = {f"solubility/gine/RWSE|{s}/seed0" for s in ("linear in 0", "linear in 0.5", "mlp in 0", "mlp in 0.5")}
+    assert tuning | {"solubility/gine/none|-/seed1"} < set(runs) and len(runs) == 6
+    chosen = (set(runs) - tuning - {"solubility/gine/none|-/seed1"}).pop()
+    assert chosen.startswith("solubility/gine/RWSE|") and chosen.endswith("/seed1")
+    out = capsys.readouterr().out
+    assert "pass 1: 5 run(s)" in out and "pass 2: 1 run(s)" in out and "pass 3: 0 run(s)" in out
+    assert not list(tmp_path.glob("ledger.worker*.json"))
