@@ -175,6 +175,6 @@ def add_sweep_options(parser, ledger: Path, out: Path, figures: Path, out_help: 
     parser.add_argument("--merge", action="append", default=[], type=Path, metavar="LEDGER",
                         help="first take the finished runs of another ledger into --ledger (repeatable)")
     parser.add_argument("--processes", type=int, default=1, metavar="N",
-                        help="run the sweep as N local worker processes, joined into --ledger after every pass "
-                             "(with --threads 1 on small models: more runs per hour than threads in one process)")
+                        help="run the sweep as N local worker processes (each with --threads), joined into "
+                             "--ledger after every pass")
     parser.add_argument("--skip-report", action="store_true", help="run only; no tables or figures")
