@@ -28,6 +28,7 @@ Example::
 """
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -143,7 +144,7 @@ def run_processes(script: Path, argv: Sequence[str], processes: int, ledger: Led
     finished runs are joined first."""
     ledger._write()  # the workers merge it, so it must exist
     paths = [ledger.path.with_name(f"{ledger.path.stem}.worker{i}.json") for i in range(processes)]
-    for number in range(1, 1_000_000):
+    for number in itertools.count(1):
         for path in paths:
             path.unlink(missing_ok=True)
         workers = [subprocess.Popen([sys.executable, str(script), *argv, "--processes", "1", "--worker",

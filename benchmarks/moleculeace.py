@@ -61,7 +61,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from _ledger import Ledger, add_sweep_options, open_ledger, run_processes  # noqa: E402
-from paper_tables import budget_key, host, parse_worker, stats  # noqa: E402
+from paper_tables import budget_key, host, mean_score, parse_worker, stats  # noqa: E402
 
 SVM_METHODS = ("ecfp-svm", "gpse-svm", "ecfp+gpse-svm")
 MODELS = ("gine", "gps")
@@ -254,8 +254,8 @@ def tuning_scores(tried: dict, ledger: Ledger | None) -> dict | None:
     worst), or None while any tuning run is missing from ``ledger``."""
     if ledger is None or not all(ledger.has(item[0], item[1]) for items in tried.values() for item in items):
         return None
-    values = {setting: [ledger.runs[item[0]].get("val") for item in items] for setting, items in tried.items()}
-    return {setting: sum(math.inf if v is None else v for v in vals) / len(vals) for setting, vals in values.items()}
+    return {setting: mean_score([ledger.runs[item[0]].get("val") for item in items])
+            for setting, items in tried.items()}
 
 
 def pending(plan, ledger: Ledger, worker=(0, 1)):
@@ -626,11 +626,11 @@ def main(argv=None) -> None:
             run_processes(Path(__file__), sys.argv[1:] if argv is None else argv, args.processes, ledger)
         elif not args.report_only:
             run_all(make_plan, ledger, args.out, settings, args.threads, worker)
+        if args.skip_report:
+            return
         plan = make_plan()
     except GPSEError as exc:
         sys.exit(f"error: {exc}")
-    if args.skip_report:
-        return
     cells = arm_cells(collect(ledger, plan), plan)
     report = [grid_markdown(plan), ""] if plan.grid else []
     summary = {"settings": {k: v for k, v in settings.items()}, "chosen": plan.chosen, "grid": plan.grid,

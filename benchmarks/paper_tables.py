@@ -188,11 +188,16 @@ def best_setting(settings: dict, tune_seeds: int = 0, split: str = "val"):
     """The key of ``settings`` (setting -> runs) with the lowest mean ``split`` score over the runs of seeds
     below ``tune_seeds`` (all runs without); a run without a finite score counts as the worst."""
     def score(runs):
-        tuning = [r for r in runs if r["seed"] < tune_seeds] if tune_seeds else runs
-        values = [math.inf if r.get(split) is None else r[split] for r in tuning]
-        return sum(values) / len(values) if values else math.inf
+        return mean_score([r.get(split) for r in runs if not tune_seeds or r["seed"] < tune_seeds])
 
     return min(settings, key=lambda k: score(settings[k]))
+
+
+def mean_score(values) -> float:
+    """Mean of validation scores where a missing (non-finite) one counts as the worst: ``inf``; ``inf`` for
+    none at all."""
+    values = [math.inf if v is None else v for v in values]
+    return sum(values) / len(values) if values else math.inf
 
 
 def chosen_lines(chosen: dict, tune_seeds: int = 0) -> list[str]:
@@ -321,8 +326,7 @@ def sweep_runs(plan, seeds, ledger: Ledger, tune_seeds: int = 0) -> tuple[list, 
             continue
         best = items[best_setting(runs, tune_seeds)]
         final += [(seed, *best) for seed in reported]
-    order = sorted(range(len(tuning)), key=lambda i: tuning[i][0])
-    return [tuning[i] for i in order] + sorted(final, key=lambda run: run[0]), waiting
+    return sorted(tuning, key=lambda run: run[0]) + sorted(final, key=lambda run: run[0]), waiting
 
 
 def pending_runs(plan, seeds, ledger: Ledger, worker: tuple[int, int] = (0, 1), tune_seeds: int = 0):
