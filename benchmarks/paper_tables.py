@@ -92,6 +92,9 @@ _P = {"random": "random (fixed per graph)"}
 #: source's own encoder (its authors', ``model.pe.model: auto``) against the alternative named here.
 GRID_DROPOUT = (0.0, 0.5)
 ALTERNATIVE = {"linear": "mlp", "mlp": "linear", "deepset": "mlp"}
+#: Encoders with no input dropout (GraphGPS's LapPE DeepSet has none): their dropout axis is the one setting
+#: 0, since a second setting would only repeat the same run.
+NO_INPUT_DROPOUT = {"deepset"}
 #: Sub-packages whose code changes a run's result: their digest joins the budget fingerprint.
 RESULT_CODE = ("data", "encode", "kernels", "nn", "pse", "train", "utils")
 #: The paper's ZINC-12k numbers (gpse-paper.tex, `abl_zinc_pse` and `molbench`); rows x columns, MAE.
@@ -148,7 +151,8 @@ def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse
 
 def grid_settings(source: str) -> list[tuple[str, list]]:
     """``[(label, overrides)]``: the same grid for every arm, input dropout {0, 0.5} x {the source's own PE
-    encoder, the alternative}; an arm without a PE encoder to tune (``none``, ``rand``) has one setting."""
+    encoder, the alternative}; an encoder without input dropout (:data:`NO_INPUT_DROPOUT`) takes 0 only, and an
+    arm without a PE encoder to tune (``none``, ``rand``) has one setting."""
     from gpse_dgl.train.downstream.pe_sources import get_source
 
     spec = get_source(source)
@@ -157,7 +161,7 @@ def grid_settings(source: str) -> list[tuple[str, list]]:
         return [("-", [])]
     kinds = [own] + [k for k in (ALTERNATIVE.get(own),) if k in spec.kinds]
     return [(f"{kind} in {dropout:g}", [f"model.pe.model={kind}", f"model.pe.dropout_in={dropout}"])
-            for kind in kinds for dropout in GRID_DROPOUT]
+            for kind in kinds for dropout in ((0.0,) if kind in NO_INPUT_DROPOUT else GRID_DROPOUT)]
 
 
 def select_settings(cells: dict, tune_seeds: int = 0, split: str = "val") -> tuple[dict, dict]:

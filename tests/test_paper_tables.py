@@ -187,12 +187,29 @@ def test_a_row_run_with_another_encoder_says_why_it_is_empty(tmp_path, capsys):
            "column's other rows are at this budget)" in capsys.readouterr().out
 
 
+def test_the_grid_collapses_input_dropout_only_for_encoders_that_ignore_it():
+    """A grid setting an encoder ignores would run the same model twice: the DeepSet takes no input dropout
+    (its config has no such key), every other tunable encoder does."""
+    import dgl
+    from gpse_dgl.train.downstream.schema import default_downstream_recipe
+    from gpse_dgl.train.downstream.pe_sources import get_source
+    from gpse_dgl.train.downstream.pe_sources.encoder import encoder_config
+
+    script = _script()
+    graph = dgl.graph(([0, 1, 2], [1, 2, 0]), num_nodes=3)
+    pe = dict(default_downstream_recipe()["model"]["pe"], source="LapPE")
+    table = get_source("LapPE").compute([dgl.to_bidirected(graph)], pe, None, False)
+    for kind in ("deepset", "linear", "mlp"):
+        configs = [encoder_config(dict(pe, model=kind, dropout_in=p), table, dim_hidden=8) for p in (0.0, 0.5)]
+        assert (configs[0] == configs[1]) == (kind in script.NO_INPUT_DROPOUT), kind
+
+
 def test_every_arm_gets_the_same_grid_and_the_setting_is_chosen_on_validation():
     script = _script()
     labels = {source: [label for label, _ in script.grid_settings(source)] for source in ("RWSE", "LapPE", "GPSE",
                                                                                            "none", "rand")}
     assert labels["RWSE"] == ["linear in 0", "linear in 0.5", "mlp in 0", "mlp in 0.5"]
-    assert labels["LapPE"] == ["deepset in 0", "deepset in 0.5", "mlp in 0", "mlp in 0.5"]
+    assert labels["LapPE"] == ["deepset in 0", "mlp in 0", "mlp in 0.5"]  # the DeepSet has no input dropout
     assert labels["GPSE"] == ["mlp in 0", "mlp in 0.5", "linear in 0", "linear in 0.5"]
     assert labels["none"] == labels["rand"] == ["-"]
     cells = {"gine": {"RWSE|linear in 0": [{"seed": 0, "val": 0.2, "test": 0.9}],
