@@ -61,6 +61,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from _ledger import Ledger, add_sweep_options, open_ledger, run_processes  # noqa: E402
+from _stats import sign_test  # noqa: E402
 from paper_tables import budget_key, host, mean_score, parse_worker, stats  # noqa: E402
 
 SVM_METHODS = ("ecfp-svm", "gpse-svm", "ecfp+gpse-svm")
@@ -442,17 +443,6 @@ def grid_markdown(plan: Plan) -> str:
         for setting, score in sorted(scores.items(), key=lambda item: item[1]):
             lines.append(f"| {method} | {setting} | {score:.4f} | {'chosen' if setting == plan.chosen[method] else ''} |")
     return "\n".join(lines)
-
-
-def sign_test(differences) -> tuple[int, int, float]:
-    """``(negative, positive, two-sided p)`` of the exact sign test (zero differences left out)."""
-    lower = sum(d < 0 for d in differences)
-    upper = sum(d > 0 for d in differences)
-    n = lower + upper
-    if n == 0:
-        return 0, 0, 1.0
-    tail = sum(math.comb(n, k) for k in range(min(lower, upper) + 1)) / 2 ** n
-    return lower, upper, min(1.0, 2 * tail)
 
 
 def paired(cells: dict, arm: str, other: str, targets, column: int = 0) -> dict | None:

@@ -74,6 +74,7 @@ if str(ROOT) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(ROOT))
 
 from _ledger import Ledger, add_sweep_options, open_ledger, run_processes  # noqa: E402  (Ledger: other scripts import it from here)
+from _stats import paired_t, sign_test  # noqa: E402
 
 SOURCES = ("none", "rand", "LapPE", "RWSE", "LapPE+RWSE", "AllPSE", "GPSE")
 EXPLICIT = ("LapPE", "RWSE", "LapPE+RWSE", "AllPSE")
@@ -445,9 +446,10 @@ def stats(values) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
-def paired_gap(by_source: dict, split: str = "test") -> tuple[str, float, float, int] | None:
-    """GPSE minus the best explicit PSE (best by mean ``split`` score), per seed present in both: the
-    explicit PSE's name, mean and std of the differences, and the number of pairs."""
+def paired_gap(by_source: dict, split: str = "test") -> dict | None:
+    """GPSE minus the best explicit PSE (best by mean ``split`` score), per seed present in both:
+    ``{"other", "mean", "std", "pairs", "wins", "losses", "sign_p", "t_p"}`` (wins: seeds where GPSE is lower;
+    ``sign_p``: exact sign test; ``t_p``: paired t-test, both two-sided)."""
     explicit = {s: stats([r[split] for r in by_source[s]])[0] for s in EXPLICIT if s in by_source}
     if "GPSE" not in by_source or not explicit:
         return None
@@ -457,7 +459,18 @@ def paired_gap(by_source: dict, split: str = "test") -> tuple[str, float, float,
     if not diffs:
         return None
     mean, std = stats(diffs)
-    return best, mean, std, len(diffs)
+    wins, losses, sign_p = sign_test(diffs)
+    return {"other": best, "mean": mean, "std": std, "pairs": len(diffs), "wins": wins, "losses": losses,
+            "sign_p": sign_p, "t_p": paired_t(diffs)[1]}
+
+
+def gap_text(gap: dict | None, digits: int = 4) -> str:
+    """``-0.0087 ± 0.0033 vs AllPSE (4; 4-0, sign p 0.12, t p 0.02)``: mean ± std of the paired differences,
+    the rival, pairs, GPSE's wins-losses and both tests' p."""
+    if not gap:
+        return ""
+    return (f"{gap['mean']:+.{digits}f} ± {gap['std']:.{digits}f} vs {gap['other']} ({gap['pairs']}; "
+            f"{gap['wins']}-{gap['losses']}, sign p {gap['sign_p']:.2g}, t p {gap['t_p']:.2g})")
 
 
 def markdown(table: str, cells: dict, digits: int = 4) -> str:
@@ -481,14 +494,23 @@ def markdown(table: str, cells: dict, digits: int = 4) -> str:
             if column in paper:
                 row.append(paper[column].get(source, "--"))
         lines.append("| " + " | ".join(row) + " |")
-    gaps = ["| GPSE − best explicit (paired, test)"]
+    gaps = ["| GPSE − best explicit (paired, test; seeds; GPSE wins-losses, sign test, paired t)"]
     for column in columns:
-        gap = paired_gap(cells[column])
-        gaps.append(f"{gap[1]:+.{digits}f} ± {gap[2]:.{digits}f} vs {gap[0]} ({gap[3]})" if gap else "")
+        gaps.append(gap_text(paired_gap(cells[column]), digits))
         if column in paper:
             gaps.append("")
     lines.append(" | ".join(gaps) + " |")
     return "\n".join(lines)
+
+
+def early_best_line(runs) -> str:
+    """How many ``runs`` reach their best validation epoch in the first fifth of the schedule (the mark of a
+    run that diverges after a few epochs), with the runs named."""
+    early = [r for r in runs if r["best_epoch"] <= r["epochs"] / 5]
+    named = "; ".join(f"{r['column']}/{r['source']}/seed{r['seed']} at {r['best_epoch']}/{r['epochs']}"
+                      for r in sorted(early, key=lambda r: (r["column"], r["source"], r["seed"])))
+    return (f"Best validation epoch in the first fifth of the schedule: {len(early)} of {len(runs)} runs"
+            + (f" ({named})." if early else "."))
 
 
 def budget_line(plan, table: str, ledger: Ledger, budgets: dict) -> str:
@@ -599,12 +621,16 @@ def main(argv=None) -> None:
     report = []
     for table in tables:
         budgets = {(c, s): budget_key(r) for t, c, s, r in plan if t == table}
-        cells, chosen = select_settings(collect(ledger, table, budgets), tune_seeds)
+        collected = collect(ledger, table, budgets)
+        cells, chosen = select_settings(collected, tune_seeds)
+        everything = [r for by_label in collected.values() for runs in by_label.values() for r in runs]
         notes = empty_rows(plan, table, ledger, budgets)
         if not cells:
-            report += [f"{table}: no run at this budget in {ledger.path}", *notes, ""]
+            why = f"{len(everything)} tuning run(s), no reported seed yet" if everything else "no run at this budget"
+            report += [f"{table}: {why} in {ledger.path}", *notes, ""]
             continue
         report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, ledger, budgets), "",
+                   early_best_line(everything), "",
                    *chosen_lines(chosen, tune_seeds), *([""] if chosen else []),
                    *notes, *([""] if notes else [])]
         plot(table, cells, args.figures / f"paper_{table}.png")

@@ -150,9 +150,12 @@ def test_recipe_one_short_epoch_reports_test_and_cliff_rmse(wheel, tmp_path, cap
 
 
 def test_sign_test_and_paired_differences():
-    script = load_benchmark("moleculeace")
-    assert script.sign_test([-1, -2, -0.5, -1, 3]) == (4, 1, pytest.approx(2 * 6 / 32))
-    assert script.sign_test([0.0, 0.0]) == (0, 0, 1.0)
+    script, stats = load_benchmark("moleculeace"), load_benchmark("_stats")
+    assert stats.sign_test([-1, -2, -0.5, -1, 3]) == (4, 1, pytest.approx(2 * 6 / 32))
+    assert stats.sign_test([0.0, 0.0]) == (0, 0, 1.0)
+    t, p = stats.paired_t([-1, -2, -0.5, -1, 3])  # scipy.stats.ttest_rel's figures for these differences
+    assert t == pytest.approx(-0.3487, abs=1e-4) and p == pytest.approx(0.7449, abs=1e-4)
+    assert stats.paired_t([-0.1, -0.1]) == (float("-inf"), 0.0) and stats.paired_t([0.0, 0.0]) == (0.0, 1.0)
     cells = {"a": {"t1": (0.5, 0.9, 1), "t2": (0.7, 1.0, 1)}, "b": {"t1": (0.6, 0.8, 1), "t2": (0.9, 1.2, 1)}}
     diff = script.paired(cells, "a", "b", ["t1", "t2", "t3"])
     assert diff["targets"] == 2 and diff["mean"] == pytest.approx(-0.15) and diff["arm_better"] == 2

@@ -32,7 +32,7 @@ def test_runs_land_in_the_ledger_and_a_second_call_resumes_from_it(tmp_path, cap
     assert len({r["budget"] for r in runs.values() if r["source"] == "none"}) == 1
     table = capsys.readouterr().out
     assert "## solubility" in table
-    assert "| GPSE |" in table and "vs RWSE (2)" in table and "Budget: 1 epochs" in table
+    assert "| GPSE |" in table and "vs RWSE (2; " in table and "Budget: 1 epochs" in table
     assert (tmp_path / "figures" / "paper_solubility.png").is_file()
 
     script.main(argv)  # everything is in the ledger: nothing is trained again
@@ -49,9 +49,14 @@ def test_paired_gap_uses_the_best_explicit_encoding_seed_by_seed():
         return [{"seed": k, "test": t} for k, t in enumerate(tests)]
 
     cells = {"GPSE": runs(0.10, 0.12), "RWSE": runs(0.11, 0.15), "LapPE": runs(0.20, 0.21), "none": runs(0.3, 0.3)}
-    best, mean, std, pairs = script.paired_gap(cells)
-    assert best == "RWSE" and pairs == 2
-    assert abs(mean - (-0.02)) < 1e-12 and abs(std - 0.01) < 1e-12
+    gap = script.paired_gap(cells)
+    assert gap["other"] == "RWSE" and gap["pairs"] == 2 and (gap["wins"], gap["losses"]) == (2, 0)
+    assert abs(gap["mean"] - (-0.02)) < 1e-12 and abs(gap["std"] - 0.01) < 1e-12
+    assert gap["sign_p"] == 0.5 and gap["t_p"] == pytest.approx(0.2952, abs=1e-4)  # t = -2 on 1 df
+    runs = [{"column": "gcn", "source": "RWSE", "seed": k, "best_epoch": b, "epochs": 15} for k, b in enumerate((3, 4, 15))]
+    assert script.early_best_line(runs) == ("Best validation epoch in the first fifth of the schedule: 1 of 3 runs "
+                                            "(gcn/RWSE/seed0 at 3/15).")
+    assert script.gap_text(gap) == "-0.0200 ± 0.0100 vs RWSE (2; 2-0, sign p 0.5, t p 0.3)"
 
 
 def _plan(script, sources=("none", "RWSE", "GPSE")):
@@ -168,7 +173,7 @@ def test_a_row_run_with_another_encoder_says_why_it_is_empty(tmp_path, capsys):
     recipe = load_downstream_recipe(REPO / "recipes" / "downstream" / "huuskonen-solubility.yaml",
                                     ["general_pipeline.num_epochs=1", "model.pe.source=none"])
     record = {"table": "solubility", "column": "gine", "seed": 0, "test": 0.5, "seconds": 1.0, "host": "h",
-              "train": 0.4, "val": 0.6}
+              "train": 0.4, "val": 0.6, "best_epoch": 1, "epochs": 1}
     ledger = tmp_path / "ledger.json"
     ledger.write_text(json.dumps({"runs": {
         "solubility/gine/none/seed0": {**record, "source": "none", "budget": script.budget_key(recipe)},
