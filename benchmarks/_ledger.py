@@ -141,12 +141,12 @@ def run_processes(script: Path, argv: Sequence[str], processes: int, ledger: Led
     joined so far and runs its share of what can be named from them. The pass's runs are then joined into
     ``ledger``. Passes go on until one adds nothing: an arm tuned on a grid names its chosen setting's runs only
     once every worker's tuning runs are joined. A worker that fails stops the sweep with one line; its
-    finished runs are joined first."""
+    finished runs are joined first. Worker ledgers an interrupted sweep left behind (any number of workers)
+    are joined before the first pass, so that a killed sweep loses no finished run."""
     ledger._write()  # the workers merge it, so it must exist
+    recover_worker_ledgers(ledger, log)
     paths = [ledger.path.with_name(f"{ledger.path.stem}.worker{i}.json") for i in range(processes)]
     for number in itertools.count(1):
-        for path in paths:
-            path.unlink(missing_ok=True)
         workers = [subprocess.Popen([sys.executable, str(script), *argv, "--processes", "1", "--worker",
                                      f"{i}/{processes}", "--ledger", str(path), "--merge", str(ledger.path),
                                      "--skip-report"]) for i, path in enumerate(paths)]
@@ -161,6 +161,23 @@ def run_processes(script: Path, argv: Sequence[str], processes: int, ledger: Led
                               f"output is above); the finished runs are in {ledger.path}")
         if not added:
             return
+
+
+def recover_worker_ledgers(ledger: Ledger, log: Callable[[str], None] = print) -> int:
+    """Join the ``<ledger>.worker<i>.json`` files an interrupted :func:`run_processes` left beside ``ledger``
+    into it and remove them; return how many runs they added. A file that cannot be read is left in place
+    and named, so that nothing is deleted unread."""
+    added = 0
+    for path in sorted(ledger.path.parent.glob(f"{ledger.path.stem}.worker*.json")):
+        try:
+            taken = ledger.merge(Ledger(path, ledger.fields))
+        except LedgerError as exc:
+            log(f"{exc}; left in place")
+            continue
+        path.unlink()
+        added += taken
+        log(f"{path}: {taken} run(s) of an interrupted pass joined into {ledger.path}")
+    return added
 
 
 def add_sweep_options(parser, ledger: Path, out: Path, figures: Path, out_help: str, report_help: str) -> None:

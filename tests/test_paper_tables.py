@@ -92,6 +92,24 @@ def test_merge_takes_what_the_ledger_lacks_and_keeps_what_it_has(tmp_path):
                                                          "t/c/GPSE/seed0": 4.0}
 
 
+def test_a_killed_sweeps_worker_ledgers_are_joined_before_a_new_pass_removes_them(tmp_path):
+    """--processes N unlinks its worker ledgers at the end of each pass; those of a sweep killed mid-pass (any
+    N) are joined first when it starts again, and an unreadable one is named and kept, never deleted unread."""
+    ledger_module = load_benchmark("_ledger")
+    main = ledger_module.Ledger(tmp_path / "sweep.json")
+    main.add("t/c/none/seed0", {"budget": "b", "test": 1.0})
+    for index, key in enumerate(("t/c/none/seed1", "t/c/RWSE/seed0", "t/c/GPSE/seed0")):
+        ledger_module.Ledger(tmp_path / f"sweep.worker{index}.json").add(key, {"budget": "b", "test": 2.0})
+    (tmp_path / "sweep.worker3.json").write_text('{"runs": {"t/c/none/seed2": {"bud')  # killed mid-write
+    lines = []
+    assert ledger_module.recover_worker_ledgers(main, lines.append) == 3
+    assert sorted(main.runs) == ["t/c/GPSE/seed0", "t/c/RWSE/seed0", "t/c/none/seed0", "t/c/none/seed1"]
+    assert sorted(json.loads((tmp_path / "sweep.json").read_text())["runs"]) == sorted(main.runs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sweep.json", "sweep.worker3.json"]
+    assert lines[-1].startswith(f"ledger {tmp_path / 'sweep.worker3.json'} is not valid JSON") and \
+        lines[-1].endswith("; left in place")
+
+
 def test_worker_argument_is_checked():
     script = _script()
     assert script.parse_worker("2/3") == (2, 3)
