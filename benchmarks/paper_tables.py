@@ -513,11 +513,10 @@ def early_best_line(runs) -> str:
             + (f" ({named})." if early else "."))
 
 
-def budget_line(plan, table: str, ledger: Ledger, budgets: dict) -> str:
+def budget_line(plan, table: str, runs) -> str:
+    """The recipe's budget and what ``runs`` (every run of ``table`` at it) cost, on which hosts."""
     recipe = next(r for t, _, _, r in plan if t == table)
     general, model = recipe["general_pipeline"], recipe["model"]
-    runs = [r for r in ledger.runs.values() if r["table"] == table
-            and budgets.get((r["column"], r["source"])) == r["budget"]]
     hours = sum(r["seconds"] for r in runs) / 3600
     hosts = sorted({r["host"] for r in runs})
     return (f"Budget: {general['num_epochs']} epochs (warm-up {general['lr_scheduler']['warmup_epochs']}), batch "
@@ -629,7 +628,7 @@ def main(argv=None) -> None:
             why = f"{len(everything)} tuning run(s), no reported seed yet" if everything else "no run at this budget"
             report += [f"{table}: {why} in {ledger.path}", *notes, ""]
             continue
-        report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, ledger, budgets), "",
+        report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, everything), "",
                    early_best_line(everything), "",
                    *chosen_lines(chosen, tune_seeds), *([""] if chosen else []),
                    *notes, *([""] if notes else [])]
