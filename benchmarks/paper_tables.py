@@ -22,6 +22,8 @@ with nothing to tune (``none``, ``rand``) run the same reported seeds. The choic
 A run's budget fingerprint holds the recipe, the GPSE encoder by content, a digest of the code that changes
 results (``RESULT_CODE`` and the C++ kernels) and the device (``cpu`` or ``cuda:<GPU>``; ``--device`` to
 report another's): runs of another code version or device never join a cell; such a cell is run anew.
+``--report-only --code DIGEST`` writes the tables of an earlier code version from its runs (every ledger
+record names its ``code``), e.g. once a speed-up has changed the digest but no table has been re-run yet.
 
 Runs go seed-major: seed 0 of every cell first, then seed 1, ... so that an interrupted sweep leaves a
 complete table with fewer seeds rather than some cells complete and others empty. Each finished run is
@@ -274,7 +276,13 @@ def budget_key(recipe: dict) -> str:
     return hashlib.sha256(json.dumps(slim, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+#: The code digest the fingerprints name (``--code``): None = the digest of the code in this checkout.
+CODE: list = [None]
+
+
 def _code_digest_once(cache: dict = {}) -> str:  # noqa: B006  (one digest per process)
+    if CODE[0]:
+        return CODE[0]
     if "digest" not in cache:
         cache["digest"] = result_code_digest()
     return cache["digest"]
@@ -503,14 +511,43 @@ def markdown(table: str, cells: dict, digits: int = 4) -> str:
     return "\n".join(lines)
 
 
-def early_best_line(runs) -> str:
+def early_best_line(runs, curve=lambda run: None) -> str:
     """How many ``runs`` reach their best validation epoch in the first fifth of the schedule (the mark of a
-    run that diverges after a few epochs), with the runs named."""
+    run that diverges after a few epochs), with the runs named. ``curve(run)`` gives a run's per-epoch
+    ``(train, val)`` scores where its folder is at hand (:func:`run_curve`); the line then shows whether the
+    run diverged (validation and training error climbing after the best epoch) or stayed flat."""
     early = [r for r in runs if r["best_epoch"] <= r["epochs"] / 5]
-    named = "; ".join(f"{r['column']}/{r['source']}/seed{r['seed']} at {r['best_epoch']}/{r['epochs']}"
-                      for r in sorted(early, key=lambda r: (r["column"], r["source"], r["seed"])))
+
+    def named(r):
+        text = f"{r['column']}/{r['source']}/seed{r['seed']} at {r['best_epoch']}/{r['epochs']}"
+        scores = curve(r)
+        if scores:
+            (train, val), best = scores, r["best_epoch"] - 1
+            text += (f": validation {val[best]:.3f} there, {val[-1]:.3f} at the end; training {train[best]:.3f} "
+                     f"there, {train[-1]:.3f} at the end")
+        return text
+
+    listed = "; ".join(named(r) for r in sorted(early, key=lambda r: (r["column"], r["source"], r["seed"])))
     return (f"Best validation epoch in the first fifth of the schedule: {len(early)} of {len(runs)} runs"
-            + (f" ({named})." if early else "."))
+            + (f" ({listed})." if early else "."))
+
+
+def run_curve(out: Path, run: dict):
+    """``(train, val)``: a finished run's per-epoch scores from the TensorBoard log in its folder under ``out``
+    (as ``_train_one`` lays it out); ``None`` where the folder or a scalar is missing."""
+    key = run_key(run["table"], run["column"], run["source"], run["seed"]).replace("+", "_").replace(":", "_")
+    events = sorted((out / run["budget"] / key / f"seed{run['seed']}").glob("tensorboard/events.*"))
+    if not events:
+        return None
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = EventAccumulator(str(events[-1]))
+    log.Reload()
+    tags = [f"{split}/{run['metric']}" for split in ("train", "val")]
+    if not set(tags) <= set(log.Tags()["scalars"]):
+        return None
+    train, val = ([e.value for e in log.Scalars(tag)] for tag in tags)
+    return (train, val) if len(train) == len(val) >= run["best_epoch"] >= 1 else None
 
 
 def budget_line(plan, table: str, runs) -> str:
@@ -522,7 +559,8 @@ def budget_line(plan, table: str, runs) -> str:
     return (f"Budget: {general['num_epochs']} epochs (warm-up {general['lr_scheduler']['warmup_epochs']}), batch "
             f"{general['batch_size']}, lr {general['optimizer']['lr']}, {model['num_layers']} layers x "
             f"{model['dim_hidden']}; test score at the best validation epoch, mean ± std over seeds (count in "
-            f"brackets); {len(runs)} runs, {hours:.1f} h in all on {'; '.join(hosts) or '-'}.")
+            f"brackets); {len(runs)} runs, {hours:.1f} h in all on {'; '.join(hosts) or '-'}; code digest "
+            f"{_code_digest_once()}.")
 
 
 def plot(table: str, cells: dict, path: Path) -> Path:
@@ -587,6 +625,10 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default=None, metavar="LABEL",
                         help="the device the fingerprints name, e.g. 'cuda:NVIDIA H200' to report runs made on "
                              "it from another machine (default: where this process trains)")
+    parser.add_argument("--code", default=None, metavar="DIGEST",
+                        help="with --report-only: the code digest the fingerprints name, to report the tables of "
+                             "an earlier code version (its digest is in every ledger record's 'code') "
+                             "(default: this checkout's)")
     args = parser.parse_args(argv)
 
     from gpse_dgl.utils.errors import GPSEError
@@ -602,7 +644,9 @@ def main(argv=None) -> None:
     if args.grid and args.tune_seeds < 1:
         sys.exit("error: --tune-seeds must be at least 1")
     tune_seeds = args.tune_seeds if args.grid else 0
-    DEVICE[0] = args.device
+    if args.code and not args.report_only:
+        sys.exit("error: --code only reports (with --report-only): runs are made by the code in this checkout")
+    DEVICE[0], CODE[0] = args.device, args.code
     try:
         plan = [(table, column, source, recipe) for table in tables
                 for column, source, recipe in cell_recipes(
@@ -629,7 +673,7 @@ def main(argv=None) -> None:
             report += [f"{table}: {why} in {ledger.path}", *notes, ""]
             continue
         report += [f"## {table}", "", markdown(table, cells), "", budget_line(plan, table, everything), "",
-                   early_best_line(everything), "",
+                   early_best_line(everything, lambda run: run_curve(args.out, run)), "",
                    *chosen_lines(chosen, tune_seeds), *([""] if chosen else []),
                    *notes, *([""] if notes else [])]
         plot(table, cells, args.figures / f"paper_{table}.png")

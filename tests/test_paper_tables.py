@@ -56,6 +56,10 @@ def test_paired_gap_uses_the_best_explicit_encoding_seed_by_seed():
     runs = [{"column": "gcn", "source": "RWSE", "seed": k, "best_epoch": b, "epochs": 15} for k, b in enumerate((3, 4, 15))]
     assert script.early_best_line(runs) == ("Best validation epoch in the first fifth of the schedule: 1 of 3 runs "
                                             "(gcn/RWSE/seed0 at 3/15).")
+    curves = {0: ([0.5, 0.4, 0.3] + [0.6] * 12, [0.6, 0.5, 0.35] + [0.9] * 12)}  # seed 0 diverges after epoch 3
+    assert script.early_best_line(runs, lambda run: curves.get(run["seed"])) == (
+        "Best validation epoch in the first fifth of the schedule: 1 of 3 runs (gcn/RWSE/seed0 at 3/15: validation "
+        "0.350 there, 0.900 at the end; training 0.300 there, 0.600 at the end).")
     assert script.gap_text(gap) == "-0.0200 ± 0.0100 vs RWSE (2; 2-0, sign p 0.5, t p 0.3)"
 
 
@@ -335,3 +339,31 @@ def test_local_processes_run_the_grid_in_passes_and_join_their_runs(tmp_path, ca
     out = capsys.readouterr().out
     assert "pass 1: 5 run(s)" in out and "pass 2: 1 run(s)" in out and "pass 3: 0 run(s)" in out
     assert not list(tmp_path.glob("ledger.worker*.json"))
+
+
+def test_an_earlier_code_versions_tables_are_reported_by_its_digest(tmp_path, monkeypatch, capsys):
+    """After a code change the ledger's runs join no cell of today's code; ``--code`` reports them as the
+    tables of the version that made them, and refuses to make runs under a digest that is not this code's."""
+    shutil.copytree(FIXTURES / "huuskonen-solubility", tmp_path / "data" / "huuskonen-solubility")
+    ledger = tmp_path / "ledger.json"
+    argv = ["--tables", "solubility", "--sources", "none", "--seeds", "1", "--epochs", "1",
+            "--set", "model.num_layers=1", "--set", f"data.root={tmp_path / 'data'}",
+            "--set", f"data.cache_dir={tmp_path / 'cache'}", "--threads", "1", "--ledger", str(ledger),
+            "--out", str(tmp_path / "out"), "--figures", str(tmp_path / "figures"), "--skip-report"]
+    _script().main(argv)
+    run = next(iter(json.loads(ledger.read_text())["runs"].values()))
+    made_by = run["code"]
+    train, val = _script().run_curve(tmp_path / "out", run)  # the run's folder has its TensorBoard curve
+    assert len(train) == len(val) == 1 and val[0] == pytest.approx(run["val"], rel=1e-6)
+    assert _script().run_curve(tmp_path / "elsewhere", run) is None
+    report = argv[:-1] + ["--report-only"]
+
+    newer = _script()
+    monkeypatch.setattr(newer, "result_code_digest", lambda: "a later code version")
+    newer.main(report)
+    assert "no run at this budget" in capsys.readouterr().out
+    newer.main(report + ["--code", made_by])
+    table = capsys.readouterr().out
+    assert "| none |" in table and f"code digest {made_by}." in table
+    with pytest.raises(SystemExit, match="--code only reports"):
+        _script().main(argv + ["--code", made_by])
