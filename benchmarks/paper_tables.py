@@ -454,15 +454,15 @@ def stats(values) -> tuple[float, float]:
     return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / len(values))
 
 
-def paired_gap(by_source: dict, split: str = "test") -> dict | None:
-    """GPSE minus the best explicit PSE (best by mean ``split`` score), per seed present in both:
-    ``{"other", "mean", "std", "pairs", "wins", "losses", "sign_p", "t_p"}`` (wins: seeds where GPSE is lower;
-    ``sign_p``: exact sign test; ``t_p``: paired t-test, both two-sided)."""
+def paired_gap(by_source: dict, split: str = "test", gpse: str = "GPSE") -> dict | None:
+    """The GPSE row ``gpse`` minus the best explicit PSE (best by mean ``split`` score), per seed present in
+    both: ``{"other", "mean", "std", "pairs", "wins", "losses", "sign_p", "t_p"}`` (wins: seeds where GPSE is
+    lower; ``sign_p``: exact sign test; ``t_p``: paired t-test, both two-sided)."""
     explicit = {s: stats([r[split] for r in by_source[s]])[0] for s in EXPLICIT if s in by_source}
-    if "GPSE" not in by_source or not explicit:
+    if gpse not in by_source or not explicit:
         return None
     best = min(explicit, key=explicit.get)
-    ours = {r["seed"]: r[split] for r in by_source["GPSE"]}
+    ours = {r["seed"]: r[split] for r in by_source[gpse]}
     diffs = [ours[r["seed"]] - r[split] for r in by_source[best] if r["seed"] in ours]
     if not diffs:
         return None
@@ -502,12 +502,13 @@ def markdown(table: str, cells: dict, digits: int = 4) -> str:
             if column in paper:
                 row.append(paper[column].get(source, "--"))
         lines.append("| " + " | ".join(row) + " |")
-    gaps = ["| GPSE − best explicit (paired, test; seeds; GPSE wins-losses, sign test, paired t)"]
-    for column in columns:
-        gaps.append(gap_text(paired_gap(cells[column]), digits))
-        if column in paper:
-            gaps.append("")
-    lines.append(" | ".join(gaps) + " |")
+    for gpse in ["GPSE"] + sorted(s for s in present if s.startswith("GPSE:")):  # one row per GPSE encoder
+        gaps = [f"| {gpse} − best explicit (paired, test; seeds; GPSE wins-losses, sign test, paired t)"]
+        for column in columns:
+            gaps.append(gap_text(paired_gap(cells[column], gpse=gpse), digits))
+            if column in paper:
+                gaps.append("")
+        lines.append(" | ".join(gaps) + " |")
     return "\n".join(lines)
 
 
