@@ -372,3 +372,15 @@ def test_an_earlier_code_versions_tables_are_reported_by_its_digest(tmp_path, mo
     assert "| none |" in table and f"code digest {made_by}." in table
     with pytest.raises(SystemExit, match="--code only reports"):
         _script().main(argv + ["--code", made_by])
+
+
+def test_a_column_override_reaches_every_row_of_that_column_only():
+    """The Transformer's longer warm-up is a property of the column: every arm of it gets it (the rows stay
+    comparable), no other column does."""
+    script = _script()
+    cells = script.cell_recipes("zinc-pse", ["gine", "transformer"], ["none", "RWSE"], [], None, {}, grid=True)
+    warmup = {(column, label): recipe["general_pipeline"]["lr_scheduler"]["warmup_epochs"]
+              for column, label, recipe in cells}
+    assert {w for (column, _), w in warmup.items() if column == "transformer"} == {5}
+    assert {w for (column, _), w in warmup.items() if column == "gine"} == {1}
+    assert len(warmup) == 2 * (1 + 4)  # none, and RWSE's grid of four settings, per column
