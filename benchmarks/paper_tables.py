@@ -91,7 +91,7 @@ TABLES = {
 #: Recipe overrides of one column, for every row of it. The Transformer (attention only, no message passing)
 #: collapsed to the composition-only plateau (MAE ~0.82, none's level) in 4 of its first 7 tuning runs when its
 #: learning rate reached the peak after the recipes' one warm-up epoch (313 steps; GraphGPS warms up for 50
-#: epochs); with 5 warm-up epochs the run that had collapsed learned (validation 0.804 -> 0.418, RESULTS 16).
+#: epochs); with 5 warm-up epochs the run that had collapsed learned (validation 0.804 -> 0.418; seed 1: 0.447).
 COLUMN_OVERRIDES = {("zinc-pse", "transformer"): ["general_pipeline.lr_scheduler.warmup_epochs=5"]}
 COLUMN_LABELS = {"gps": "GPS (GINE)", "gcn": "GCN", "gatedgcn": "GatedGCN", "gin": "GIN", "gine": "GINE",
                  "transformer": "Transformer"}
@@ -461,20 +461,27 @@ def stats(values) -> tuple[float, float]:
 
 
 def paired_gap(by_source: dict, split: str = "test", gpse: str = "GPSE") -> dict | None:
-    """The GPSE row ``gpse`` minus the best explicit PSE (best by mean ``split`` score), per seed present in
-    both: ``{"other", "mean", "std", "pairs", "wins", "losses", "sign_p", "t_p"}`` (wins: seeds where GPSE is
-    lower; ``sign_p``: exact sign test; ``t_p``: paired t-test, both two-sided)."""
+    """The GPSE row ``gpse`` minus the best explicit PSE (best by mean ``split`` score): see
+    :func:`paired_difference`."""
     explicit = {s: stats([r[split] for r in by_source[s]])[0] for s in EXPLICIT if s in by_source}
     if gpse not in by_source or not explicit:
         return None
-    best = min(explicit, key=explicit.get)
-    ours = {r["seed"]: r[split] for r in by_source[gpse]}
-    diffs = [ours[r["seed"]] - r[split] for r in by_source[best] if r["seed"] in ours]
+    return paired_difference(by_source, gpse, min(explicit, key=explicit.get), split)
+
+
+def paired_difference(by_source: dict, row: str, other: str, split: str = "test") -> dict | None:
+    """``row`` minus ``other``, per seed present in both: ``{"other", "mean", "std", "pairs", "wins", "losses",
+    "sign_p", "t_p"}`` (wins: seeds where ``row`` is lower; ``sign_p``: exact sign test; ``t_p``: paired
+    t-test, both two-sided); ``None`` without a pair."""
+    if row not in by_source or other not in by_source:
+        return None
+    ours = {r["seed"]: r[split] for r in by_source[row]}
+    diffs = [ours[r["seed"]] - r[split] for r in by_source[other] if r["seed"] in ours]
     if not diffs:
         return None
     mean, std = stats(diffs)
     wins, losses, sign_p = sign_test(diffs)
-    return {"other": best, "mean": mean, "std": std, "pairs": len(diffs), "wins": wins, "losses": losses,
+    return {"other": other, "mean": mean, "std": std, "pairs": len(diffs), "wins": wins, "losses": losses,
             "sign_p": sign_p, "t_p": paired_t(diffs)[1]}
 
 
@@ -508,10 +515,14 @@ def markdown(table: str, cells: dict, digits: int = 4) -> str:
             if column in paper:
                 row.append(paper[column].get(source, "--"))
         lines.append("| " + " | ".join(row) + " |")
-    for gpse in ["GPSE"] + sorted(s for s in present if s.startswith("GPSE:")):  # one row per GPSE encoder
-        gaps = [f"| {gpse} − best explicit (paired, test; seeds; GPSE wins-losses, sign test, paired t)"]
+    # paired rows: every GPSE encoder against the best explicit PSE, and another encoder against the shipped one
+    extra = sorted(s for s in present if s.startswith("GPSE:"))
+    pairs = [(g, "best explicit", lambda by, g=g: paired_gap(by, gpse=g)) for g in ["GPSE"] + extra]
+    pairs += [(g, "GPSE", lambda by, g=g: paired_difference(by, g, "GPSE")) for g in extra]
+    for row, other, gap in pairs:
+        gaps = [f"| {row} − {other} (paired, test; seeds; {row} wins-losses, sign test, paired t)"]
         for column in columns:
-            gaps.append(gap_text(paired_gap(cells[column], gpse=gpse), digits))
+            gaps.append(gap_text(gap(cells[column]), digits))
             if column in paper:
                 gaps.append("")
         lines.append(" | ".join(gaps) + " |")
@@ -567,8 +578,14 @@ def budget_line(plan, table: str, runs) -> str:
     return (f"Budget: {general['num_epochs']} epochs (warm-up {general['lr_scheduler']['warmup_epochs']}), batch "
             f"{general['batch_size']}, lr {general['optimizer']['lr']}, {model['num_layers']} layers x "
             f"{model['dim_hidden']}; test score at the best validation epoch, mean ± std over seeds (count in "
-            f"brackets); {len(runs)} runs, {hours:.1f} h in all on {'; '.join(hosts) or '-'}; code digest "
-            f"{_code_digest_once()}.")
+            f"brackets){_column_overrides(table)}; {len(runs)} runs, {hours:.1f} h in all on "
+            f"{'; '.join(hosts) or '-'}; code digest {_code_digest_once()}.")
+
+
+def _column_overrides(table: str) -> str:
+    """``; Transformer: KEY=VALUE`` for every column of ``table`` that :data:`COLUMN_OVERRIDES` changes."""
+    return "".join(f"; {COLUMN_LABELS.get(column, column)}: {', '.join(keys)}"
+                   for (name, column), keys in COLUMN_OVERRIDES.items() if name == table)
 
 
 def plot(table: str, cells: dict, path: Path) -> Path:

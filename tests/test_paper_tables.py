@@ -66,6 +66,7 @@ def test_paired_gap_uses_the_best_explicit_encoding_seed_by_seed():
     table = script.markdown("solubility", {"gine": cells})
     assert "| GPSE − best explicit" in table and "| GPSE:moses − best explicit" in table
     assert "+0.0000 ± 0.0100 vs RWSE (2; 1-1," in table
+    assert "| GPSE:moses − GPSE (paired" in table and "+0.0200 ± 0.0000 vs GPSE (2; 0-2," in table
 
 
 def _plan(script, sources=("none", "RWSE", "GPSE")):
@@ -384,3 +385,5 @@ def test_a_column_override_reaches_every_row_of_that_column_only():
     assert {w for (column, _), w in warmup.items() if column == "transformer"} == {5}
     assert {w for (column, _), w in warmup.items() if column == "gine"} == {1}
     assert len(warmup) == 2 * (1 + 4)  # none, and RWSE's grid of four settings, per column
+    assert "; Transformer: general_pipeline.lr_scheduler.warmup_epochs=5;" in script.budget_line(
+        [("zinc-pse", c, label, recipe) for c, label, recipe in cells], "zinc-pse", [])
