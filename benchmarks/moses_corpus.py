@@ -59,7 +59,8 @@ def moses_corpus(molecules: int, seed: int) -> tuple[list[str], dict]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--molecules", type=int, default=15_000, help="MOSES molecules drawn (default: %(default)s)")
-    parser.add_argument("--seed", type=int, default=1, help="seed of the draw; not 0, the replica's (default: %(default)s)")
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of the draw; not 0, the replica's (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "moses-corpus" / "moses-15k.smi",
                         help="SMILES file to write (default: %(default)s)")
     args = parser.parse_args(argv)

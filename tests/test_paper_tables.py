@@ -61,7 +61,8 @@ def test_paired_gap_uses_the_best_explicit_encoding_seed_by_seed():
         "Best validation epoch in the first fifth of the schedule: 1 of 3 runs (gcn/RWSE/seed0 at 3/15: validation "
         "0.350 there, 0.900 at the end; training 0.300 there, 0.600 at the end).")
     assert script.gap_text(gap) == "-0.0200 ± 0.0100 vs RWSE (2; 2-0, sign p 0.5, t p 0.3)"
-    cells["GPSE:moses"] = [{"seed": k, "test": t} for k, t in enumerate((0.12, 0.14))]  # another encoder's row gets its own paired row
+    # another encoder's row gets its own paired rows
+    cells["GPSE:moses"] = [{"seed": k, "test": t} for k, t in enumerate((0.12, 0.14))]
     assert script.paired_gap(cells, gpse="GPSE:moses")["mean"] == pytest.approx(0.0)
     table = script.markdown("solubility", {"gine": cells})
     assert "| GPSE − best explicit" in table and "| GPSE:moses − best explicit" in table
