@@ -11,8 +11,9 @@ Tables (``--tables``; cells are PE sources x models, every arm with the same mod
 
 Rows: ``none``, ``rand``, ``LapPE``, ``RWSE``, ``LapPE+RWSE``, ``AllPSE``, ``GPSE`` (the shipped
 default encoder, or ``--checkpoint``), plus ``GPSE:<name>`` for every ``--gpse-extra NAME=CHECKPOINT``
-(e.g. the authors' ``molpcba`` weights when they are on disk). Each arm is fed as the paper fed it: the
-recipes' ``model.pe.model: auto`` gives every source the encoder of the GPSE authors' configuration
+(e.g. the authors' ``molpcba`` weights when they are on disk; ``--extra-columns`` limits them to some
+columns). Each arm is fed as the paper fed it: the recipes' ``model.pe.model: auto`` gives every source the
+encoder of the GPSE authors' configuration
 (``gpse_dgl/train/downstream/pe_sources``). With ``--grid`` every arm is tuned on the same grid (input
 dropout {0, 0.5} x {its own PE encoder, the alternative}): each setting runs on the tuning seed(s)
 (``--tune-seeds``, default 1: seed 0), the setting with the best validation score is chosen, and the
@@ -130,24 +131,27 @@ PAPER = {
 # jobs
 
 
-def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse: dict, grid: bool = False):
+def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse: dict, grid: bool = False,
+                 extra_columns=None):
     """``[(column, source label, validated recipe)]`` of one table; with ``grid`` one per setting of
-    :func:`grid_settings`, labelled ``source|setting``."""
+    :func:`grid_settings`, labelled ``source|setting``. The ``extra_gpse`` rows go into the columns that
+    ``extra_columns`` names (``column`` or ``table/column``; ``None``: every column)."""
     from gpse_dgl.train.downstream.schema import load_downstream_recipe
 
     recipe_file, models, _ = TABLES[table]
     arms = [(source, [f"model.pe.source={source}"] + ([f"model.pe.checkpoint={checkpoint}"]
                                                        if source == "GPSE" and checkpoint else []))
             for source in sources]
-    arms += [(f"GPSE:{name}", ["model.pe.source=GPSE", f"model.pe.checkpoint={path}"])
-             for name, path in extra_gpse.items()]
+    extra_arms = [(f"GPSE:{name}", ["model.pe.source=GPSE", f"model.pe.checkpoint={path}"])
+                  for name, path in extra_gpse.items()]
     cells = []
     for column in columns or models:
         if column not in models:
             raise SystemExit(f"error: table {table} has no column {column!r}; columns: {', '.join(models)}")
         base = (list(overrides) + ([f"model.name={models[column]}"] if models[column] else [])
                 + COLUMN_OVERRIDES.get((table, column), []))
-        for label, pe in arms:
+        with_extra = extra_columns is None or {column, f"{table}/{column}"} & set(extra_columns)
+        for label, pe in arms + (extra_arms if with_extra else []):
             recipe = load_downstream_recipe(RECIPES / recipe_file, base + pe)
             if not grid:
                 cells.append((column, label, recipe))
@@ -638,6 +642,9 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpoint", default=None, help="GPSE encoder of the GPSE row (default: shipped)")
     parser.add_argument("--gpse-extra", action="append", default=[], metavar="NAME=CHECKPOINT",
                         help="another GPSE row, e.g. molpcba=gpse_model_molpcba_1.0.pt (repeatable)")
+    parser.add_argument("--extra-columns", default=None, metavar="COLUMNS",
+                        help="the columns the --gpse-extra rows run in, comma-separated, each 'column' or "
+                             "'table/column' (default: every column)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (default: torch's)")
     add_sweep_options(parser, HERE / "paper_tables.json", ROOT / "runs" / "paper-tables", HERE / "figures",
                       "run folders (checkpoints for resuming)", "only write the tables and figures so far")
@@ -676,7 +683,8 @@ def main(argv=None) -> None:
         plan = [(table, column, source, recipe) for table in tables
                 for column, source, recipe in cell_recipes(
                     table, [c for c in columns if c in TABLES[table][1]] if columns else None,
-                    args.sources.split(","), overrides, args.checkpoint, extra, args.grid)]
+                    args.sources.split(","), overrides, args.checkpoint, extra, args.grid,
+                    args.extra_columns.split(",") if args.extra_columns else None)]
         ledger = open_ledger(args.ledger, args.merge, FIELDS, ABOUT, args.report_only)
         if args.processes > 1 and not args.report_only:
             run_processes(Path(__file__), sys.argv[1:] if argv is None else argv, args.processes, ledger)

@@ -388,3 +388,18 @@ def test_a_column_override_reaches_every_row_of_that_column_only():
     assert len(warmup) == 2 * (1 + 4)  # none, and RWSE's grid of four settings, per column
     assert "; Transformer: general_pipeline.lr_scheduler.warmup_epochs=5;" in script.budget_line(
         [("zinc-pse", c, label, recipe) for c, label, recipe in cells], "zinc-pse", [])
+
+
+def test_extra_gpse_rows_go_only_into_the_columns_named():
+    """``--extra-columns``: a lever's encoder runs where it is tested, as ``column`` (every table) or
+    ``table/column`` (one table's, e.g. GINE on the replica but not on solubility)."""
+    script = _script()
+
+    def labels(table, extra_columns):
+        cells = script.cell_recipes(table, None, ["none"], [], None, {"other": "quickstart"}, False, extra_columns)
+        return {(column, label) for column, label, _ in cells if label.startswith("GPSE:")}
+
+    assert labels("zinc-pse", ["zinc-pse/gine", "gcn"]) == {("gine", "GPSE:other"), ("gcn", "GPSE:other")}
+    assert labels("solubility", ["zinc-pse/gine"]) == set()
+    assert labels("solubility", ["gine"]) == {("gine", "GPSE:other")}
+    assert len(labels("zinc-pse", None)) == 5
