@@ -24,55 +24,33 @@ Outputs: ``<out>/csl.md`` (table), ``<out>/csl.json`` (all runs), ``<out>/runs/`
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _figures import figure_path  # noqa: E402
-from run_downstream_sweep import (PAPER, ROOT, describe_setup, load_jobs, markdown_table, plot_scores,  # noqa: E402
-                                  run_sweep, write_outputs)
+from run_downstream_sweep import (PAPER, ROOT, add_script_options, describe_setup, load_jobs,  # noqa: E402
+                                  markdown_table, plot_scores, publish, read_results, rows_and_checkpoint,
+                                  run_sweep)
 
 SOURCES = ("none", "random", "GPSE", "LapPE", "RWSE")  # the paper's row order
 RECIPE = ROOT / "recipes" / "downstream" / "csl.yaml"
 
 
-def gpse_checkpoint(requested: str | None) -> str | None:
-    """The checkpoint for the GPSE row: ``requested``, else the shipped default if present, else None."""
-    if requested:
-        return requested
-    from gpse_dgl.encode import default_checkpoint_path
-
-    shipped = default_checkpoint_path()
-    return str(shipped) if shipped.is_file() else None
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", default=None, help="GPSE checkpoint (default: the shipped model, if any)")
+    add_script_options(parser, "csl")
     parser.add_argument("--repeats", type=int, default=10, help="repeats of the 5-fold CV (paper: 10)")
     parser.add_argument("--epochs", type=int, default=None, help="epochs per run (default: the recipe's 200)")
     parser.add_argument("--folds", type=int, default=None, help="run only the first N folds of each repeat")
     parser.add_argument("--sources", default=",".join(SOURCES), help="rows (default: %(default)s)")
     parser.add_argument("--gpse-samples", type=int, default=None,
                         help="draws of GPSE's random input averaged per encoding (default: the recipe's 1)")
-    parser.add_argument("--device", default=None, help="auto, cpu, cuda, ... (default: the recipe's auto)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/csl"), help="output folder")
-    parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("--figure", type=Path, default=figure_path("csl.png"), help="PNG path (default: %(default)s)")
-    parser.add_argument("--plot-only", action="store_true", help="only redraw the figure from <out>/csl.json")
     args = parser.parse_args(argv)
     if args.plot_only:
-        plot(json.loads((args.out / "csl.json").read_text(encoding="utf-8")), args.figure)
+        plot(read_results(args.out, "csl"), args.figure)
         return
 
-    sources = args.sources.split(",")
-    checkpoint = gpse_checkpoint(args.checkpoint)
-    notes = []
-    if "GPSE" in sources and checkpoint is None:
-        sources.remove("GPSE")
-        notes.append("GPSE row skipped: no --checkpoint given and no shipped model in gpse_dgl/assets.")
+    sources, checkpoint, notes = rows_and_checkpoint(args.sources, args.checkpoint)
     overrides = [f"general_pipeline.num_epochs={args.epochs}"] if args.epochs else []
     overrides += [f"data.max_folds={args.folds}"] if args.folds else []
     overrides += [f"device={args.device}"] if args.device else []
@@ -95,10 +73,7 @@ def main(argv=None) -> None:
         notes.append(f"GPSE checkpoint: {checkpoint}; {recipe['model']['pe']['gpse_samples']} random-input "
                      f"draw(s) averaged per encoding")
     notes.append(describe_setup(results))
-    write_outputs(args.out, "csl", table, results, "\n".join(notes))
-    print(table)
-    print("\n" + "\n".join(notes))
-    print(f"\nwritten: {args.out / 'csl.md'}, {args.out / 'csl.json'}")
+    publish(args.out, "csl", table, results, notes)
     plot(results, args.figure)
 
 

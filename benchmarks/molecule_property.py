@@ -36,8 +36,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _figures import figure_path  # noqa: E402
-from run_downstream_sweep import describe_setup, format_stats, plot_scores, run_sweep, write_outputs  # noqa: E402
+from run_downstream_sweep import (add_script_options, describe_setup, format_stats, plot_scores,  # noqa: E402
+                                  publish, read_results, rows_and_checkpoint, run_sweep)
 
 SOURCES = ("none", "LapPE", "RWSE", "AllPSE", "GPSE")
 DATASET = "nci-tpsa"
@@ -115,37 +115,23 @@ def register() -> None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--checkpoint", default=None, help="GPSE checkpoint (default: the shipped model, if any)")
+    add_script_options(parser, "tpsa")
     parser.add_argument("--seeds", type=int, default=3, help="seeds per source (default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=None, help="epochs (default: 30)")
     parser.add_argument("--limit", type=int, default=None, help="use only the first N molecules (quick checks)")
     parser.add_argument("--sources", default=",".join(SOURCES), help="rows (default: %(default)s)")
-    parser.add_argument("--device", default=None, help="auto, cpu, cuda, ... (default: auto)")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/tpsa"), help="output folder")
-    parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("--figure", type=Path, default=figure_path("tpsa.png"), help="PNG path (default: %(default)s)")
-    parser.add_argument("--plot-only", action="store_true", help="only redraw the figure from <out>/tpsa.json")
     args = parser.parse_args(argv)
     if args.plot_only:
-        import json
-
-        plot(json.loads((args.out / "tpsa.json").read_text(encoding="utf-8")), args.figure)
+        plot(read_results(args.out, "tpsa"), args.figure)
         return
 
     import copy
 
-    from csl import gpse_checkpoint
     from gpse_dgl.train.downstream.schema import validate_downstream_recipe
     from gpse_dgl.utils.errors import GPSEError
 
     register()
-    sources = args.sources.split(",")
-    checkpoint = gpse_checkpoint(args.checkpoint)
-    notes = []
-    if "GPSE" in sources and checkpoint is None:
-        sources.remove("GPSE")
-        notes.append("GPSE row skipped: no --checkpoint given and no shipped model in gpse_dgl/assets.")
+    sources, checkpoint, notes = rows_and_checkpoint(args.sources, args.checkpoint)
     raw = copy.deepcopy(RECIPE)
     raw["model"]["pe"]["checkpoint"] = checkpoint
     if args.epochs:
@@ -170,10 +156,7 @@ def main(argv=None) -> None:
     if checkpoint and "GPSE" in sources:
         notes.append(f"GPSE checkpoint: {checkpoint}")
     notes.append(describe_setup(results))
-    write_outputs(args.out, "tpsa", table, results, "\n".join(notes))
-    print(table)
-    print("\n" + "\n".join(notes))
-    print(f"\nwritten: {args.out / 'tpsa.md'}, {args.out / 'tpsa.json'}")
+    publish(args.out, "tpsa", table, results, notes)
     plot(results, args.figure)
 
 

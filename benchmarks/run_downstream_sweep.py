@@ -229,6 +229,54 @@ def describe_setup(results: dict) -> str:
     return "\n".join(lines)
 
 
+def add_script_options(parser, stem: str) -> None:
+    """The options every single-table sweep script shares (``csl.py``, ``molecule_property.py``): the GPSE
+    checkpoint, the rows, the device, where results and the figure go, resuming, progress, and redrawing."""
+    from _figures import figure_path
+
+    parser.add_argument("--checkpoint", default=None, help="GPSE checkpoint (default: the shipped model, if any)")
+    parser.add_argument("--device", default=None, help="auto, cpu, cuda, ... (default: the recipe's auto)")
+    parser.add_argument("--out", type=Path, default=Path(f"benchmarks/results/{stem}"), help="output folder")
+    parser.add_argument("--resume", action="store_true", help="continue runs already in --out")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--figure", type=Path, default=figure_path(f"{stem}.png"),
+                        help="PNG path (default: %(default)s)")
+    parser.add_argument("--plot-only", action="store_true", help=f"only redraw the figure from <out>/{stem}.json")
+
+
+def gpse_checkpoint(requested: str | None) -> str | None:
+    """The checkpoint for the GPSE row: ``requested``, else the shipped default if present, else None."""
+    if requested:
+        return requested
+    from gpse_dgl.encode import default_checkpoint_path
+
+    shipped = default_checkpoint_path()
+    return str(shipped) if shipped.is_file() else None
+
+
+def rows_and_checkpoint(sources: str, requested: str | None) -> tuple[list, str | None, list]:
+    """``(rows, checkpoint, notes)``: the comma-separated ``sources`` less GPSE when no checkpoint is at hand
+    (a note says so), and the GPSE row's checkpoint (:func:`gpse_checkpoint`)."""
+    rows, checkpoint, notes = sources.split(","), gpse_checkpoint(requested), []
+    if "GPSE" in rows and checkpoint is None:
+        rows.remove("GPSE")
+        notes.append("GPSE row skipped: no --checkpoint given and no shipped model in gpse_dgl/assets.")
+    return rows, checkpoint, notes
+
+
+def read_results(out: Path, stem: str) -> dict:
+    """The results a script wrote with :func:`write_outputs` (for ``--plot-only``)."""
+    return json.loads((out / f"{stem}.json").read_text(encoding="utf-8"))
+
+
+def publish(out: Path, stem: str, table: str, results: dict, notes: list) -> None:
+    """Write ``<stem>.md`` and ``<stem>.json`` under ``out`` and print the table, the notes and the paths."""
+    write_outputs(out, stem, table, results, "\n".join(notes))
+    print(table)
+    print("\n" + "\n".join(notes))
+    print(f"\nwritten: {out / f'{stem}.md'}, {out / f'{stem}.json'}")
+
+
 def write_outputs(out: Path, stem: str, table: str, results: dict, notes: str = "") -> None:
     """``<stem>.md`` (table + notes) and ``<stem>.json`` (all summaries) under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
