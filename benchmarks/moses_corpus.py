@@ -11,9 +11,11 @@ What is drawn and what is left out:
   drawn without replacement by ``numpy.random.default_rng(--seed)``; the replica draws with seed 0.
 * GPSE sees a molecule only as its bare skeleton (``gpse_dgl.data.molecules``: no atom or bond types), so
   a molecule is left out when its **skeleton** is the skeleton of any molecule in the replica's
-  validation or test split: no evaluation graph is seen in pretraining, not even under other atom types.
+  validation or test split: the corpus holds no evaluation graph, not even under other atom types.
   The replica's training molecules may occur (they are MOSES molecules too); the downstream model
-  trains on them anyway.
+  trains on them anyway. Two things this file does not control: the recipe's ring-edited copies of the
+  training skeletons (``data.skeleton_edits``) are not checked against the evaluation skeletons, and the
+  model it continues (``rdkit-base``) was pretrained on RDKit's molecule files, as the shipped GPSE row's was.
 
 Example::
 
@@ -30,26 +32,29 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from gpse_dgl.data.molecules import skeleton_smiles  # noqa: E402
-from gpse_dgl.data.zinc_replica import NUM_MOLECULES, SPLIT_SIZES, draw_moses_smiles  # noqa: E402
+from gpse_dgl.data.zinc_replica import NUM_MOLECULES, draw_moses_smiles, load_zinc_replica  # noqa: E402
 from gpse_dgl.utils.io import atomic_write_text  # noqa: E402
 
-#: The replica's draw (``load_zinc_replica``'s defaults).
+#: The replica's draw (``load_zinc_replica``'s default).
 REPLICA_SEED = 0
 
 
-def replica_evaluation_skeletons() -> set[str]:
-    """Canonical skeleton SMILES of the replica's validation and test molecules (its last 2,000 draws)."""
-    train = SPLIT_SIZES[0]
-    held_out = draw_moses_smiles(NUM_MOLECULES, REPLICA_SEED)[train:]
-    return {s for s in map(skeleton_smiles, held_out) if s is not None}
+def replica_evaluation_skeletons(root=None, num_molecules: int = NUM_MOLECULES) -> set[str]:
+    """Canonical skeleton SMILES of the replica's validation and test molecules, read from the dataset itself
+    (its splits and canonical SMILES; ``root``: the datasets root, default the registry's)."""
+    from gpse_dgl.data.registry import default_root
+
+    dataset = load_zinc_replica(root or default_root(), seed=REPLICA_SEED, num_molecules=num_molecules)
+    held_out = dataset.splits["val"].tolist() + dataset.splits["test"].tolist()
+    return {s for s in (skeleton_smiles(dataset.info["smiles"][i]) for i in held_out) if s is not None}
 
 
-def moses_corpus(molecules: int, seed: int) -> tuple[list[str], dict]:
-    """``(smiles, counts)``: ``molecules`` MOSES SMILES drawn with ``seed``, less those whose skeleton is an
-    evaluation skeleton of the replica, in draw order."""
+def moses_corpus(molecules: int, seed: int, banned: set[str] | None = None) -> tuple[list[str], dict]:
+    """``(smiles, counts)``: ``molecules`` MOSES SMILES drawn with ``seed``, less those whose skeleton is in
+    ``banned`` (default: :func:`replica_evaluation_skeletons`), in draw order."""
     if seed == REPLICA_SEED:
         raise SystemExit(f"--seed {seed} is the replica's own draw; choose another")
-    banned = replica_evaluation_skeletons()
+    banned = replica_evaluation_skeletons() if banned is None else banned
     drawn = draw_moses_smiles(molecules, seed)
     kept = [s for s in drawn if skeleton_smiles(s) not in banned]
     return kept, {"drawn": len(drawn), "left out": len(drawn) - len(kept), "kept": len(kept),

@@ -24,7 +24,8 @@ A run's budget fingerprint holds the recipe, the GPSE encoder by content, a dige
 results (``RESULT_CODE`` and the C++ kernels) and the device (``cpu`` or ``cuda:<GPU>``; ``--device`` to
 report another's): runs of another code version or device never join a cell; such a cell is run anew.
 ``--report-only --code DIGEST`` writes the tables of an earlier code version from its runs (every ledger
-record names its ``code``), e.g. once a speed-up has changed the digest but no table has been re-run yet.
+record names its ``code``), e.g. once a speed-up has changed the digest but no table has been re-run yet;
+the recipes and overrides must still be those the runs were made with (they are in the fingerprint too).
 
 Runs go seed-major: seed 0 of every cell first, then seed 1, ... so that an interrupted sweep leaves a
 complete table with fewer seeds rather than some cells complete and others empty. Each finished run is
@@ -148,8 +149,9 @@ def cell_recipes(table: str, columns, sources, overrides, checkpoint, extra_gpse
     for column in columns or models:
         if column not in models:
             raise SystemExit(f"error: table {table} has no column {column!r}; columns: {', '.join(models)}")
-        base = (list(overrides) + ([f"model.name={models[column]}"] if models[column] else [])
-                + COLUMN_OVERRIDES.get((table, column), []))
+        # the column's own overrides first, so that a caller's --set still wins
+        base = (([f"model.name={models[column]}"] if models[column] else []) + COLUMN_OVERRIDES.get((table, column), [])
+                + list(overrides))
         with_extra = extra_columns is None or {column, f"{table}/{column}"} & set(extra_columns)
         for label, pe in arms + (extra_arms if with_extra else []):
             recipe = load_downstream_recipe(RECIPES / recipe_file, base + pe)
@@ -476,11 +478,12 @@ def paired_gap(by_source: dict, split: str = "test", gpse: str = "GPSE") -> dict
 def paired_difference(by_source: dict, row: str, other: str, split: str = "test") -> dict | None:
     """``row`` minus ``other``, per seed present in both: ``{"other", "mean", "std", "pairs", "wins", "losses",
     "sign_p", "t_p"}`` (wins: seeds where ``row`` is lower; ``sign_p``: exact sign test; ``t_p``: paired
-    t-test, both two-sided); ``None`` without a pair."""
+    t-test, both two-sided); ``None`` without a pair. A seed without a finite score in either row is left
+    out."""
     if row not in by_source or other not in by_source:
         return None
-    ours = {r["seed"]: r[split] for r in by_source[row]}
-    diffs = [ours[r["seed"]] - r[split] for r in by_source[other] if r["seed"] in ours]
+    ours = {r["seed"]: r[split] for r in by_source[row] if r[split] is not None}
+    diffs = [ours[r["seed"]] - r[split] for r in by_source[other] if r["seed"] in ours and r[split] is not None]
     if not diffs:
         return None
     mean, std = stats(diffs)
@@ -535,18 +538,18 @@ def markdown(table: str, cells: dict, digits: int = 4) -> str:
 
 def early_best_line(runs, curve=lambda run: None) -> str:
     """How many ``runs`` reach their best validation epoch in the first fifth of the schedule (the mark of a
-    run that diverges after a few epochs), with the runs named. ``curve(run)`` gives a run's per-epoch
-    ``(train, val)`` scores where its folder is at hand (:func:`run_curve`); the line then shows whether the
-    run diverged (validation and training error climbing after the best epoch) or stayed flat."""
+    run that diverges after a few epochs), with the runs named. ``curve(run)`` gives a run's ``(train, val)``
+    scores by epoch where its folder is at hand (:func:`run_curve`); the line then shows whether the run
+    diverged (validation and training error climbing after the best epoch) or stayed flat."""
     early = [r for r in runs if r["best_epoch"] <= r["epochs"] / 5]
 
     def named(r):
         text = f"{r['column']}/{r['source']}/seed{r['seed']} at {r['best_epoch']}/{r['epochs']}"
         scores = curve(r)
         if scores:
-            (train, val), best = scores, r["best_epoch"] - 1
-            text += (f": validation {val[best]:.3f} there, {val[-1]:.3f} at the end; training {train[best]:.3f} "
-                     f"there, {train[-1]:.3f} at the end")
+            (train, val), best, last = scores, r["best_epoch"], max(scores[1])
+            text += (f": validation {val[best]:.3f} there, {val[last]:.3f} at epoch {last}; training "
+                     f"{train[best]:.3f} there, {train[last]:.3f} at epoch {last}")
         return text
 
     listed = "; ".join(named(r) for r in sorted(early, key=lambda r: (r["column"], r["source"], r["seed"])))
@@ -555,22 +558,26 @@ def early_best_line(runs, curve=lambda run: None) -> str:
 
 
 def run_curve(out: Path, run: dict):
-    """``(train, val)``: a finished run's per-epoch scores from the TensorBoard log in its folder under ``out``
-    (as ``_train_one`` lays it out); ``None`` where the folder or a scalar is missing."""
+    """``(train, val)``: a finished run's ``{epoch: score}`` from the TensorBoard log in its folder under
+    ``out`` (as ``_train_one`` lays it out); ``None`` where the folder, a scalar, or the best epoch or the
+    last epoch of either is missing (the loop logs finite scores only)."""
     key = run_key(run["table"], run["column"], run["source"], run["seed"]).replace("+", "_").replace(":", "_")
-    folder = out / run["budget"] / key / f"seed{run['seed']}" / "tensorboard"
-    if not any(folder.glob("events.*")):
+    # one run per folder; inside it the run's own folder is named after the recipe's seed plus this seed
+    folders = sorted((out / run["budget"] / key).glob("seed*/tensorboard"))
+    if len(folders) != 1 or not any(folders[0].glob("events.*")):
         return None
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    log = EventAccumulator(str(folder))  # every events file: a resumed run wrote one per part
+    log = EventAccumulator(str(folders[0]))  # every events file: a resumed run wrote one per part
     log.Reload()
     tags = [f"{split}/{run['metric']}" for split in ("train", "val")]
     if not set(tags) <= set(log.Tags()["scalars"]):
         return None
     # by epoch, the last value written: a run interrupted mid-epoch repeats that epoch after resuming
-    train, val = ([v for _, v in sorted({e.step: e.value for e in log.Scalars(tag)}.items())] for tag in tags)
-    return (train, val) if len(train) == len(val) >= run["best_epoch"] >= 1 else None
+    train = {e.step: e.value for e in log.Scalars(tags[0])}
+    val = {e.step: e.value for e in log.Scalars(tags[1])}
+    last = max(val)
+    return (train, val) if {run["best_epoch"], last} <= set(train) & set(val) else None
 
 
 def budget_line(plan, table: str, runs) -> str:
@@ -582,14 +589,16 @@ def budget_line(plan, table: str, runs) -> str:
     return (f"Budget: {general['num_epochs']} epochs (warm-up {general['lr_scheduler']['warmup_epochs']}), batch "
             f"{general['batch_size']}, lr {general['optimizer']['lr']}, {model['num_layers']} layers x "
             f"{model['dim_hidden']}; test score at the best validation epoch, mean ± std over seeds (count in "
-            f"brackets){_column_overrides(table)}; {len(runs)} runs, {hours:.1f} h in all on "
+            f"brackets){_column_overrides(plan, table)}; {len(runs)} runs, {hours:.1f} h in all on "
             f"{'; '.join(hosts) or '-'}; code digest {_code_digest_once()}.")
 
 
-def _column_overrides(table: str) -> str:
-    """``; Transformer: KEY=VALUE`` for every column of ``table`` that :data:`COLUMN_OVERRIDES` changes."""
+def _column_overrides(plan, table: str) -> str:
+    """``; Transformer: KEY=VALUE`` for every column of ``table`` in ``plan`` that :data:`COLUMN_OVERRIDES`
+    changes."""
+    planned = {column for t, column, _, _ in plan if t == table}
     return "".join(f"; {COLUMN_LABELS.get(column, column)}: {', '.join(keys)}"
-                   for (name, column), keys in COLUMN_OVERRIDES.items() if name == table)
+                   for (name, column), keys in COLUMN_OVERRIDES.items() if name == table and column in planned)
 
 
 def plot(table: str, cells: dict, path: Path) -> Path:
@@ -627,6 +636,23 @@ def parse_worker(text: str) -> tuple[int, int]:
     if not 0 <= index < count:
         sys.exit(f"error: --worker expects I/N with 0 <= I < N, got {text!r}")
     return index, count
+
+
+def check_extra_columns(text: str | None, tables, have_extra: bool):
+    """``--extra-columns`` as a list (``None``: every column), each entry a column of one of ``tables`` named
+    as ``column`` or ``table/column``; one-line exits for unknown names and for the option without
+    ``--gpse-extra``."""
+    if not text:
+        return None
+    if not have_extra:
+        sys.exit("error: --extra-columns names the columns of the --gpse-extra rows; give --gpse-extra too")
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    known = {c for t in tables for c in TABLES[t][1]} | {f"{t}/{c}" for t in tables for c in TABLES[t][1]}
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        sys.exit(f"error: --extra-columns: no column {', '.join(unknown)} in {', '.join(tables)}; "
+                 f"columns: {', '.join(sorted(known))}")
+    return names
 
 
 def main(argv=None) -> None:
@@ -671,6 +697,7 @@ def main(argv=None) -> None:
         sys.exit(f"error: unknown table(s) {', '.join(unknown)}; tables: {', '.join(TABLES)}")
     overrides = list(args.overrides) + ([f"general_pipeline.num_epochs={args.epochs}"] if args.epochs else [])
     extra = dict(item.split("=", 1) for item in args.gpse_extra)
+    extra_columns = check_extra_columns(args.extra_columns, tables, bool(extra))
     columns = args.columns.split(",") if args.columns else None
     worker = parse_worker(args.worker)
     if args.grid and args.tune_seeds < 1:
@@ -683,9 +710,12 @@ def main(argv=None) -> None:
         plan = [(table, column, source, recipe) for table in tables
                 for column, source, recipe in cell_recipes(
                     table, [c for c in columns if c in TABLES[table][1]] if columns else None,
-                    args.sources.split(","), overrides, args.checkpoint, extra, args.grid,
-                    args.extra_columns.split(",") if args.extra_columns else None)]
+                    args.sources.split(","), overrides, args.checkpoint, extra, args.grid, extra_columns)]
         ledger = open_ledger(args.ledger, args.merge, FIELDS, ABOUT, args.report_only)
+        if args.code and args.code not in {r.get("code") for r in ledger.runs.values()}:
+            known = sorted({r["code"] for r in ledger.runs.values() if r.get("code")})
+            sys.exit(f"error: --code {args.code}: no run of {ledger.path} has it; its runs have "
+                     f"{', '.join(known) or 'no code digest'}")
         if args.processes > 1 and not args.report_only:
             run_processes(Path(__file__), sys.argv[1:] if argv is None else argv, args.processes, ledger)
         elif not args.report_only:

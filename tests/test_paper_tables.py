@@ -56,10 +56,11 @@ def test_paired_gap_uses_the_best_explicit_encoding_seed_by_seed():
     runs = [{"column": "gcn", "source": "RWSE", "seed": k, "best_epoch": b, "epochs": 15} for k, b in enumerate((3, 4, 15))]
     assert script.early_best_line(runs) == ("Best validation epoch in the first fifth of the schedule: 1 of 3 runs "
                                             "(gcn/RWSE/seed0 at 3/15).")
-    curves = {0: ([0.5, 0.4, 0.3] + [0.6] * 12, [0.6, 0.5, 0.35] + [0.9] * 12)}  # seed 0 diverges after epoch 3
+    by_epoch = lambda *v: dict(enumerate(v, start=1))  # noqa: E731
+    curves = {0: (by_epoch(0.5, 0.4, 0.3, *[0.6] * 12), by_epoch(0.6, 0.5, 0.35, *[0.9] * 12))}  # diverges after 3
     assert script.early_best_line(runs, lambda run: curves.get(run["seed"])) == (
         "Best validation epoch in the first fifth of the schedule: 1 of 3 runs (gcn/RWSE/seed0 at 3/15: validation "
-        "0.350 there, 0.900 at the end; training 0.300 there, 0.600 at the end).")
+        "0.350 there, 0.900 at epoch 15; training 0.300 there, 0.600 at epoch 15).")
     assert script.gap_text(gap) == "-0.0200 ± 0.0100 vs RWSE (2; 2-0, sign p 0.5, t p 0.3)"
     # another encoder's row gets its own paired rows
     cells["GPSE:moses"] = [{"seed": k, "test": t} for k, t in enumerate((0.12, 0.14))]
@@ -361,7 +362,7 @@ def test_an_earlier_code_versions_tables_are_reported_by_its_digest(tmp_path, mo
     run = next(iter(json.loads(ledger.read_text())["runs"].values()))
     made_by = run["code"]
     train, val = _script().run_curve(tmp_path / "out", run)  # the run's folder has its TensorBoard curve
-    assert len(train) == len(val) == 1 and val[0] == pytest.approx(run["val"], rel=1e-6)
+    assert list(train) == list(val) == [1] and val[1] == pytest.approx(run["val"], rel=1e-6)
     assert _script().run_curve(tmp_path / "elsewhere", run) is None
     report = argv[:-1] + ["--report-only"]
 
@@ -403,3 +404,44 @@ def test_extra_gpse_rows_go_only_into_the_columns_named():
     assert labels("solubility", ["zinc-pse/gine"]) == set()
     assert labels("solubility", ["gine"]) == {("gine", "GPSE:other")}
     assert len(labels("zinc-pse", None)) == 5
+
+
+def test_a_resumed_runs_curve_joins_its_events_files_by_epoch(tmp_path):
+    """A run resumed after an interruption wrote two events files and repeated the interrupted epoch; a
+    diverged epoch logged no validation score. The curve takes the last value per epoch from both files, and
+    gives up when the best epoch has no score rather than quote another epoch's."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    script = _script()
+    run = {"table": "zinc-pse", "column": "gcn", "source": "RWSE|mlp in 0", "seed": 2, "budget": "b", "metric": "mae",
+           "best_epoch": 2, "epochs": 4}
+    folder = tmp_path / "b" / "zinc-pse" / "gcn" / "RWSE|mlp in 0" / "seed2" / "seed2" / "tensorboard"
+    first = SummaryWriter(str(folder))
+    for epoch, (train, val) in enumerate([(0.9, 0.8), (0.7, 0.6), (0.75, 0.99)], start=1):  # epoch 3 cut short
+        first.add_scalar("train/mae", train, epoch)
+        first.add_scalar("val/mae", val, epoch)
+    first.close()
+    second = SummaryWriter(str(folder), purge_step=3)
+    second.add_scalar("train/mae", 0.65, 3)
+    second.add_scalar("val/mae", 0.7, 3)
+    second.add_scalar("train/mae", 0.6, 4)  # a non-finite validation score is not logged
+    second.close()
+    train, val = script.run_curve(tmp_path, run)
+    assert train == pytest.approx({1: 0.9, 2: 0.7, 3: 0.65, 4: 0.6}) and val == pytest.approx({1: 0.8, 2: 0.6, 3: 0.7})
+    assert script.run_curve(tmp_path, dict(run, best_epoch=4)) is None
+
+
+def test_extra_columns_and_code_digests_are_checked(tmp_path, capsys):
+    script = _script()
+    with pytest.raises(SystemExit, match="no column transfomer in zinc-pse"):
+        script.check_extra_columns("gine, transfomer", ["zinc-pse"], True)
+    with pytest.raises(SystemExit, match="give --gpse-extra too"):
+        script.check_extra_columns("gine", ["zinc-pse"], False)
+    assert script.check_extra_columns(" zinc-pse/gine ,gcn", ["zinc-pse"], True) == ["zinc-pse/gine", "gcn"]
+    ledger = tmp_path / "ledger.json"
+    ledger.write_text(json.dumps({"about": "", "runs": {"solubility/gine/none/seed0": {
+        "budget": "b", "table": "solubility", "column": "gine", "source": "none", "seed": 0, "test": 0.5,
+        "seconds": 1.0, "host": "h", "code": "c0de"}}}))
+    with pytest.raises(SystemExit, match="no run of .* has it; its runs have c0de"):
+        script.main(["--tables", "solubility", "--ledger", str(ledger), "--report-only", "--code", "c0ffee",
+                     "--out", str(tmp_path / "out"), "--figures", str(tmp_path / "figures")])
