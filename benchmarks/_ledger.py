@@ -1,7 +1,8 @@
 """A benchmark's ledger of finished runs: one JSON file, validated on load, merged, written atomically.
 
 The file is ``{"about": "...", "runs": {key: record}}``; every record holds at least ``budget`` (the
-fingerprint of what makes two runs comparable) and the fields its script names. A sweep that several
+fingerprint of what makes two runs comparable) and the fields its script names. A run made again at another
+budget keeps the older record under ``key@<its budget>`` (:meth:`Ledger.get` finds either). A sweep that several
 processes or machines share writes one ledger each and joins them with :func:`open_ledger`'s ``merge``.
 
 A ledger that cannot be used (empty file, truncated JSON, ``{}``, a record without a field the report
@@ -91,19 +92,41 @@ class Ledger:
 
     def merge(self, other: "Ledger") -> int:
         """Take ``other``'s records that this ledger lacks (the same key at another budget counts as
-        lacking), e.g. from a share of the sweep run elsewhere; return how many were taken."""
-        new = {key: record for key, record in other.runs.items() if not self.has(key, record["budget"])}
-        if new:
-            self.runs.update(new)
+        lacking, and both records are kept), e.g. from a share of the sweep run elsewhere; return how many
+        were taken."""
+        taken = 0
+        for stored, record in other.runs.items():
+            key = stored.removesuffix(f"@{record['budget']}")
+            if not self.has(key, record["budget"]):
+                self._put(key, record)
+                taken += 1
+        if taken:
             self._write()
-        return len(new)
+        return taken
+
+    def get(self, key: str, budget: str) -> dict | None:
+        """The record of run ``key`` at ``budget``, or None."""
+        for stored in (key, f"{key}@{budget}"):
+            record = self.runs.get(stored)
+            if record is not None and record.get("budget") == budget:
+                return record
+        return None
 
     def has(self, key: str, budget: str) -> bool:
-        return self.runs.get(key, {}).get("budget") == budget
+        return self.get(key, budget) is not None
 
     def add(self, key: str, record: dict) -> None:
-        self.runs[key] = record
+        self._put(key, record)
         self._write()
+
+    def _put(self, key: str, record: dict) -> None:
+        # The newest record of a run sits under its key; one of another budget moves to "key@budget", so a
+        # re-run at a new budget never erases the old run, and ledgers of both budgets merge in any order.
+        current = self.runs.get(key)
+        if current is not None and current.get("budget") != record["budget"]:
+            self.runs[f"{key}@{current['budget']}"] = current
+        self.runs.pop(f"{key}@{record['budget']}", None)
+        self.runs[key] = record
 
     def _write(self) -> None:
         from gpse_dgl.utils.io import atomic_write_text

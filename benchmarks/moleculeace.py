@@ -255,7 +255,7 @@ def tuning_scores(tried: dict, ledger: Ledger | None) -> dict | None:
     worst), or None while any tuning run is missing from ``ledger``."""
     if ledger is None or not all(ledger.has(item[0], item[1]) for items in tried.values() for item in items):
         return None
-    return {setting: mean_score([ledger.runs[item[0]].get("val") for item in items])
+    return {setting: mean_score([ledger.get(item[0], item[1]).get("val") for item in items])
             for setting, items in tried.items()}
 
 
@@ -513,9 +513,9 @@ def hyperparameter_check(ledger: Ledger, plan, targets) -> dict:
     budgets = {item[2]: item[1] for item in plan if item[3] == "ecfp-svm"}
     rows = {}
     for target in targets:
-        record = ledger.runs.get(f"{target}/ecfp-svm/seed0")
+        record = ledger.get(f"{target}/ecfp-svm/seed0", budgets.get(target))
         theirs = wheel_hyperparameters(target)
-        if record and theirs and record["budget"] == budgets.get(target):
+        if record and theirs:
             rows[target] = {"ours": {"C": record["C"], "gamma": record["gamma"]}, "moleculeace": theirs}
     same = sum(row["ours"] == {k: float(v) for k, v in row["moleculeace"].items()} for row in rows.values())
     return {"targets": len(rows), "same": same, "per_target": rows}

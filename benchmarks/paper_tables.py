@@ -344,8 +344,8 @@ def sweep_runs(plan, seeds, ledger: Ledger, tune_seeds: int = 0) -> tuple[list, 
             final += [(seed, *items[0]) for seed in reported]
             continue
         tuning += [(seed, *item) for seed in range(tune_seeds) for item in items]
-        runs = {i: [ledger.runs[key] for key in (run_key(*item[:3], s) for s in range(tune_seeds))
-                    if ledger.has(key, budget_key(item[3]))] for i, item in enumerate(items)}
+        runs = {i: [r for r in (ledger.get(run_key(*item[:3], s), budget_key(item[3])) for s in range(tune_seeds))
+                    if r is not None] for i, item in enumerate(items)}
         if any(len(r) < tune_seeds for r in runs.values()):
             waiting += 1
             continue
