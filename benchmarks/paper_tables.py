@@ -304,6 +304,11 @@ def run_key(table: str, column: str, source: str, seed: int) -> str:
     return f"{table}/{column}/{source}/seed{seed}"
 
 
+def run_folder(out: Path, budget: str, key: str) -> Path:
+    """Where the run ``key`` at ``budget`` trains under ``out`` (``+`` and ``:`` of source names replaced)."""
+    return out / budget / key.replace("+", "_").replace(":", "_")
+
+
 def host(gpu: str | None = None) -> str:
     """CPU model and flags that decide bf16 speed (and the GPU a run used), for the ledger."""
     from gpse_dgl.train.runtime import cpu_model
@@ -385,7 +390,7 @@ def _train_one(run, ledger: Ledger, out: Path, threads: int | None, log=print) -
     seed, table, column, source, recipe = run
     budget, key = budget_key(recipe), run_key(table, column, source, seed)
     job = copy.deepcopy(recipe)
-    job["general_pipeline"]["save_path"] = str(out / budget / key.replace("+", "_").replace(":", "_"))
+    job["general_pipeline"]["save_path"] = str(run_folder(out, budget, key))
     if threads:
         job["general_pipeline"]["num_threads"] = threads
     resume = (Path(job["general_pipeline"]["save_path"]) / "recipe.yaml").is_file()
@@ -561,9 +566,9 @@ def run_curve(out: Path, run: dict):
     """``(train, val)``: a finished run's ``{epoch: score}`` from the TensorBoard log in its folder under
     ``out`` (as ``_train_one`` lays it out); ``None`` where the folder, a scalar, or the best epoch or the
     last epoch of either is missing (the loop logs finite scores only)."""
-    key = run_key(run["table"], run["column"], run["source"], run["seed"]).replace("+", "_").replace(":", "_")
+    key = run_key(run["table"], run["column"], run["source"], run["seed"])
     # one run per folder; inside it the run's own folder is named after the recipe's seed plus this seed
-    folders = sorted((out / run["budget"] / key).glob("seed*/tensorboard"))
+    folders = sorted(run_folder(out, run["budget"], key).glob("seed*/tensorboard"))
     if len(folders) != 1 or not any(folders[0].glob("events.*")):
         return None
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
