@@ -152,6 +152,62 @@ def test_training_losses_and_evaluation_equal_the_torch_ops(monkeypatch, name, o
     torch.testing.assert_close(fused_eval, plain_eval, rtol=1e-5, atol=1e-6)
 
 
+@needs_kernel
+@pytest.mark.parametrize("training", [True, False])
+def test_bf16_rows_are_normalised_in_float32_by_the_kernel(monkeypatch, training):
+    """A bf16 Linear's output under autocast: the kernel normalises its float32 copy (not four bf16 torch ops), and
+    the gradient returns to the bf16 rows as the float32 path's, rounded."""
+    gen = torch.Generator().manual_seed(1)
+    n, d = 150, 24
+    fused_norm = BatchNorm1d(d)
+    with torch.no_grad():
+        fused_norm.weight.normal_(generator=gen)
+        fused_norm.bias.normal_(generator=gen)
+    torch_norm = copy.deepcopy(fused_norm)
+    fused_norm.train(training), torch_norm.train(training)
+    x16 = torch.randn(n, d, generator=gen).bfloat16().requires_grad_()
+    x32 = x16.detach().float().requires_grad_()
+    post, weight = torch.randn(n, d, generator=gen), torch.randn(n, d, generator=gen)
+    calls = _ran_the_kernel(monkeypatch)
+    fused = batch_norm_act(fused_norm, x16, relu=True, post=post)
+    assert calls == ["batch_norm_act"] and fused.dtype == torch.float32
+    plain = _torch_steps(torch_norm, x32, None, True, post)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-5)
+    (grad16,) = torch.autograd.grad((fused * weight).sum(), x16)
+    (grad32,) = torch.autograd.grad((plain * weight).sum(), x32)
+    assert grad16.dtype == torch.bfloat16
+    torch.testing.assert_close(grad16, grad32.bfloat16(), rtol=1e-2, atol=1e-2)
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(fused_norm, name), getattr(torch_norm, name), rtol=1e-6, atol=1e-6)
+
+
+class _UnderAutocast(torch.nn.Module):
+    """The model's forward under the project's bf16 CPU autocast (row buckets included), its output float32."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args):
+        from gpse_dgl.utils.precision import autocast
+
+        with autocast("bf16", "cpu"):
+            return self.model(*args).float()
+
+
+@needs_kernel
+@pytest.mark.parametrize("name, options", [("gine", {}),
+                                           ("gps", {"local_mpnn": "gine", "global_attention": None})])
+def test_bf16_training_losses_follow_float32(name, options):
+    batches = molecule_batches()
+    _, plain = _train(name, batches, **options)
+    torch.manual_seed(0)
+    model = build_model(name, dim_in=None, node_encoder="atom", edge_encoder="bond", dim_out=1, dim_hidden=32,
+                        num_layers=3, **options)
+    low = train_losses(_UnderAutocast(model), torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), batches)
+    torch.testing.assert_close(torch.tensor(low), torch.tensor(plain), rtol=0.03, atol=0)
+
+
 def test_a_batch_norm_subclass_runs_its_own_forward(monkeypatch):
     """SyncBatchNorm1d's statistics span the ranks: the kernel, which sees one rank's rows, must not stand in."""
     from gpse_dgl.nn.sync_batchnorm import SyncBatchNorm1d

@@ -72,7 +72,8 @@ def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = 
     the module's own conventions: batch statistics in training, moving the running ones and counting
     ``num_batches_tracked``; the running ones in evaluation; and :class:`BatchNorm1d`'s rule for a training batch
     of one row. Anything else (another norm or a subclass such as ``SyncBatchNorm1d``, whose statistics span the
-    ranks; ``nn.Identity``; bf16 rows; CUDA; dropout ``p > 0`` in training) runs the same steps as torch ops.
+    ranks; ``nn.Identity``; CUDA; dropout ``p > 0`` in training) runs the same steps as torch ops. bf16 CPU rows
+    (a Linear's output under autocast) are normalised as their float32 copy, so the result is float32.
     Dropout after the ReLU drops what dropout before it would (the mask scales by a positive factor).
 
     Example
@@ -86,7 +87,12 @@ def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = 
     """
     # Only the plain classes: a subclass may compute its statistics otherwise (SyncBatchNorm1d spans the ranks).
     drops = dropout > 0.0 and norm.training
-    if type(norm) in _PLAIN_BATCH_NORMS and not drops and x.dim() == 2 and x.shape[0] > 0:
+    plain = type(norm) in _PLAIN_BATCH_NORMS
+    if plain:
+        # bf16 rows (a Linear's output under autocast) are normalised in float32, as the precision contract has
+        # norms; the kernel then runs, and one cast costs less than the four unfused bf16 ops
+        x, pre = _float_rows(x), _float_rows(pre)
+    if plain and not drops and x.dim() == 2 and x.shape[0] > 0:
         track = norm.running_mean is not None and norm.running_var is not None
         batch_stats = norm.training or not track
         if batch_stats and track and single_row(x):
@@ -108,3 +114,8 @@ def batch_norm_act(norm: nn.Module, x: torch.Tensor, pre: torch.Tensor | None = 
         out = F.relu(out)
     out = dropout_fn(out, dropout, norm.training)
     return out if post is None else post + out
+
+
+def _float_rows(t: torch.Tensor | None) -> torch.Tensor | None:
+    """bfloat16 CPU rows as contiguous float32; anything else unchanged."""
+    return t.float().contiguous() if t is not None and t.dtype == torch.bfloat16 and t.device.type == "cpu" else t
