@@ -480,6 +480,24 @@ def test_a_lock_left_by_a_killed_build_is_removed(tmp_path):
     assert not stale.exists() and fresh.exists()
 
 
+def test_a_lock_that_goes_stale_while_waiting_is_removed(tmp_path):
+    """torch waits without a limit on a build's lock; one still young when the wait began must not hang it."""
+    import time
+
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    with cpu._watching_lock(lock, stale_seconds=0.3, poll=0.05):
+        waited = time.monotonic()
+        while lock.exists() and time.monotonic() - waited < 10:  # torch's own wait, in short
+            time.sleep(0.02)
+        assert not lock.exists()
+    fresh = tmp_path / "fresh"
+    fresh.write_text("")
+    with cpu._watching_lock(fresh, stale_seconds=60, poll=0.01):
+        time.sleep(0.1)
+    assert fresh.exists()  # a live build's lock stays
+
+
 @needs_kernel
 def test_gradient_buffers_must_have_the_rows_dtype():
     """The gradient kernels write every row in the rows' dtype: a float32 buffer for bf16 rows is refused."""

@@ -34,6 +34,7 @@ True
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -97,12 +98,12 @@ def _load():
         root = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path.home() / ".cache" / "torch_extensions")
         build = root / "gpse_dgl" / name
         build.mkdir(parents=True, exist_ok=True)
-        _remove_stale_lock(build / "lock")
         if not (build / f"{name}.so").exists():
             print(f"gpse-dgl: compiling the CPU kernels into {build} (once, about a minute)",
                   file=sys.stderr, flush=True)
-        module = load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=CFLAGS,
-                      extra_ldflags=["-fopenmp"], build_directory=str(build), verbose=False)
+        with _watching_lock(build / "lock"):
+            module = load(name=name, sources=[str(path) for path in SOURCES], extra_cflags=CFLAGS,
+                          extra_ldflags=["-fopenmp"], build_directory=str(build), verbose=False)
         return module, None
     except Exception as exc:  # noqa: BLE001 - no compiler, no ninja, a failed build: the torch path runs
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
@@ -121,14 +122,42 @@ def _find_ninja() -> None:
 #: A build lock older than this was left by a compilation that was killed (a build takes about a minute):
 #: torch would wait on it for ever.
 STALE_LOCK_SECONDS = 600
+#: How often the lock is looked at while torch builds or waits.
+LOCK_POLL_SECONDS = 5.0
 
 
-def _remove_stale_lock(lock: Path) -> None:
+def _remove_stale_lock(lock: Path, stale_seconds: float = STALE_LOCK_SECONDS) -> bool:
+    """Remove ``lock`` if it is older than ``stale_seconds``; whether it did."""
     try:
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_SECONDS:
+        if time.time() - lock.stat().st_mtime > stale_seconds:
             lock.unlink()
+            return True
     except FileNotFoundError:
         pass
+    return False
+
+
+@contextlib.contextmanager
+def _watching_lock(lock: Path, stale_seconds: float = STALE_LOCK_SECONDS, poll: float = LOCK_POLL_SECONDS):
+    """Run the block while a thread removes ``lock`` once it is stale. torch waits, without a limit, for the lock
+    of a build that another process holds; a lock still young when the wait began (its build killed a minute
+    earlier) would otherwise hold this process for ever. A live build does not take ten minutes."""
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(poll):
+            if _remove_stale_lock(lock, stale_seconds):
+                print(f"gpse-dgl: removed {lock}, left {stale_seconds:.0f} s ago by a build that did not finish",
+                      file=sys.stderr, flush=True)
+
+    _remove_stale_lock(lock, stale_seconds)
+    watcher = threading.Thread(target=watch, name="gpse-dgl-build-lock", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def available() -> bool:
