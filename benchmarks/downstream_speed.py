@@ -28,8 +28,10 @@ through :class:`gpse_dgl.train.mixed_precision.MixedPrecision` as ``gpse-dgl tra
 Rounds are interleaved (every row runs once per round, the two sides in alternating order) and the tables
 give medians over rounds and the range of the per-round ratios PyG / ours (above 1: ours is faster). A
 profile (``torch.profiler``, fp32, a few model-only steps) splits each side's step into gathers, edge sums,
-dense products, norms, element-wise passes, the optimiser and what falls outside torch's ops (the Python of
-the loop and the layers).
+dense products, norms, element-wise passes, the optimiser (every op its step runs) and what falls outside
+torch's ops (the Python of the loop and the layers). The same models' steps are then timed in parts (forward,
+backward, AdamW step; no profiler), and a ceiling is printed: PyG's step over the part both sides share, our
+dense products and the AdamW step, the ratio no change to the rest of our step could exceed.
 
 Usage::
 
@@ -122,7 +124,7 @@ def main(argv=None) -> dict:
     from gpse_dgl.data.zinc_replica import load_zinc_replica
 
     dataset = load_zinc_replica(default_root(), num_molecules=args.molecules)
-    rows, counts, profiles = [], {}, {}
+    rows, counts, profiles, step_ms, parts = [], {}, {}, {}, {}
     for name in args.models:
         for precision in args.precisions:
             setup = _Setup(name, precision, dataset, args)
@@ -133,13 +135,16 @@ def main(argv=None) -> dict:
             if precision == "fp32" and args.profile_steps:
                 profiles[name] = {side: profile_shares(step, args.profile_steps)
                                   for side, step in (("ours", setup.ours_step), ("pyg", setup.pyg_step))}
+                step_ms[name] = {side: profiles[name][side].pop("step ms") for side in ("ours", "pyg")}
+                step_ms[name]["batches"] = len(setup.ours_batches)
+                parts[name] = setup.step_parts()
     for row in rows:  # warm-up: the kernels' first build, allocator, caches
         for side in row.run:
             row.run[side]()
     for round_index in range(args.rounds):
         for row in rows:
             row.time_round(round_index)
-    return report(args, rows, counts, profiles)
+    return report(args, rows, counts, profiles, step_ms, parts)
 
 
 class _Setup:
@@ -191,29 +196,53 @@ class _Setup:
 
         return torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.precision == "bf16")
 
-    def ours_step(self, batch=None):
-        graph, _, y = batch or self.ours_batches[0]
+    def _ours_loss(self, batch):
+        graph, _, y = batch
         self.ours.train()
         nf = graph.ndata[self.prepared.node_feat]
         ef = graph.edata[self.prepared.edge_feat] if self.prepared.edge_feat else None
         with self.mixed.autocast():
             out = self.ours(graph, nf, ef)
-        loss = (out.float().reshape(len(y), -1) - y.float().reshape(len(y), -1)).abs().mean()
-        self.ours_opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.ours_opt.step()
-        return loss.detach()
+        return (out.float().reshape(len(y), -1) - y.float().reshape(len(y), -1)).abs().mean()
 
-    def pyg_step(self, batch=None):
-        batch = batch or self.pyg_batches[0]
+    def _pyg_loss(self, batch):
         self.pyg.train()
         with self._autocast():
             out = self.pyg(batch)
-        loss = (out.float() - batch.y).abs().mean()
-        self.pyg_opt.zero_grad(set_to_none=True)
+        return (out.float() - batch.y).abs().mean()
+
+    def _step(self, side: str, batch, clock: list | None = None):
+        """One model-only step of ``side``; with ``clock``, its forward, backward and optimiser seconds are
+        added to ``clock[0:3]``."""
+        loss_of, optimiser = (self._ours_loss, self.ours_opt) if side == "ours" else (self._pyg_loss, self.pyg_opt)
+        started = time.perf_counter()
+        loss = loss_of(batch)
+        forward = time.perf_counter()
+        optimiser.zero_grad(set_to_none=True)
         loss.backward()
-        self.pyg_opt.step()
+        backward = time.perf_counter()
+        optimiser.step()
+        if clock is not None:
+            for i, span in enumerate((forward - started, backward - forward, time.perf_counter() - backward)):
+                clock[i] += span
         return loss.detach()
+
+    def ours_step(self, batch=None):
+        return self._step("ours", batch or self.ours_batches[0])
+
+    def pyg_step(self, batch=None):
+        return self._step("pyg", batch or self.pyg_batches[0])
+
+    def step_parts(self) -> dict:
+        """Per side, milliseconds per model-only step in the forward pass (loss included), the backward pass
+        (``zero_grad`` included) and the AdamW step, over one pass of the batches, without the profiler."""
+        parts = {}
+        for side, batches in (("ours", self.ours_batches), ("pyg", self.pyg_batches)):
+            clock = [0.0, 0.0, 0.0]
+            for batch in batches:
+                self._step(side, batch, clock)
+            parts[side] = dict(zip(("forward", "backward", "optimiser"), (t / len(batches) * 1e3 for t in clock)))
+        return parts
 
     def ours_model_epoch(self):
         for batch in self.ours_batches:
@@ -261,7 +290,8 @@ class _Setup:
 
 
 def profile_shares(step, steps: int) -> dict:
-    """Shares of ``steps`` calls of ``step`` in each bucket of :data:`BUCKETS`, ``outside ops`` and ``other``."""
+    """Shares of ``steps`` calls of ``step`` in each bucket of :data:`BUCKETS`, ``outside ops`` and ``other``,
+    and the profiled step's wall milliseconds (``step ms``)."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -273,18 +303,28 @@ def profile_shares(step, steps: int) -> dict:
     shares = {name: 0.0 for name, _ in BUCKETS}
     shares["other ops"] = 0.0
     inside = 0.0
-    for event in prof.key_averages():
+    for event in prof.events():
         self_us = event.self_cpu_time_total
         inside += self_us
-        key = event.key.lower()
-        bucket = next((name for name, words in BUCKETS if any(w in key for w in words)), "other ops")
-        shares[bucket] += self_us
+        shares[_bucket(event)] += self_us
     shares["outside ops (Python)"] = max(wall_us - inside, 0.0)
     total = sum(shares.values()) or 1.0
-    return {name: value / total for name, value in shares.items()}
+    return {**{name: value / total for name, value in shares.items()}, "step ms": wall_us / steps / 1e3}
 
 
-def report(args, rows, counts, profiles) -> dict:
+def _bucket(event) -> str:
+    """An op's bucket: the optimiser's for every op the optimiser's step or ``zero_grad`` runs (its element-wise
+    passes too), else the first of :data:`BUCKETS` whose words its name holds."""
+    parent = event
+    while parent is not None:
+        if parent.name.startswith("Optimizer."):
+            return "optimiser"
+        parent = parent.cpu_parent
+    key = event.name.lower()
+    return next((name for name, words in BUCKETS if any(w in key for w in words)), "other ops")
+
+
+def report(args, rows, counts, profiles, step_ms, parts) -> dict:
     print(f"## Downstream training: gpse-dgl vs PyG ({today()})\n")
     print(f"command: `{command_line()}`  \nmachine: {machine_line()}  \n"
           f"{args.rounds} interleaved round(s) of {args.batches} batches x {args.batch_size} ZINC-replica molecules, "
@@ -312,8 +352,30 @@ def report(args, rows, counts, profiles) -> dict:
               "'outside ops' is wall time in no torch op: the loop's and the layers' Python):\n")
         headers = ["share of step"] + [f"{m} {s}" for m in profiles for s in ("ours", "PyG")]
         body = [[n] + [f"{profiles[m][s][n]:.0%}" for m in profiles for s in ("ours", "pyg")] for n in names]
+        body.append(["profiled step, ms"] + [f"{step_ms[m][s]:.1f}" for m in profiles for s in ("ours", "pyg")])
         print(markdown_table(headers, body))
-    return {"records": records, "parameters": counts, "profiles": profiles, "bf16_speedups": speedups}
+        print("\nA model-only fp32 step in parts, ms (one pass of the batches after the rounds, no profiler):\n")
+        print(markdown_table(["model", "side", "forward", "backward", "AdamW step", "step"],
+                             [[m, side, *(f"{v:.2f}" for v in t.values()), f"{sum(t.values()):.2f}"]
+                              for m, sides in parts.items() for side, t in (("ours", sides["ours"]),
+                                                                           ("PyG", sides["pyg"]))], "llrrrr"))
+        limits = ceilings(records, profiles, step_ms, parts)
+        if limits:
+            print("\nCeiling of PyG / ours, model only, fp32: PyG's step (timed above) over what both sides share, our "
+                  "dense products (their profiled self time) and the AdamW step (timed in parts above), i.e. the "
+                  "ratio were all else of ours free: " + ", ".join(f"{m} {c:.2f}x" for m, c in limits.items()))
+    return {"records": records, "parameters": counts, "profiles": profiles, "step_ms": step_ms, "parts": parts,
+            "bf16_speedups": speedups}
+
+
+def ceilings(records, profiles, step_ms, parts) -> dict:
+    """Per profiled model timed in fp32 model only: PyG's step (median wall time over the rounds) over our dense
+    products (profiled self time) plus the AdamW step (:meth:`_Setup.step_parts`), what no change to our message
+    passing, norms, element-wise passes or Python could exceed."""
+    pyg_ms = {r["model"]: r["pyg_s"] / step_ms[r["model"]]["batches"] * 1e3 for r in records
+              if r["precision"] == "fp32" and r["part"] == "model only" and r["model"] in step_ms}
+    return {m: pyg_ms[m] / (step_ms[m]["ours"] * p["ours"]["dense products"] + parts[m]["ours"]["optimiser"])
+            for m, p in profiles.items() if m in pyg_ms}
 
 
 def _bf16_speedups(records) -> dict:

@@ -116,7 +116,23 @@ def test_downstream_speed_times_both_sides_with_equal_parameters(capsys):
     assert ours == pyg
     shares = result["profiles"]["gine"]["ours"]
     assert abs(sum(shares.values()) - 1) < 1e-6
-    assert "PyG / ours" in capsys.readouterr().out
+    assert result["step_ms"]["gine"]["ours"] > 0 and result["step_ms"]["gine"]["pyg"] > 0
+    out = capsys.readouterr().out
+    assert "PyG / ours" in out and "Ceiling of PyG / ours" in out
+    assert all(v > 0 for side in ("ours", "pyg") for v in result["parts"]["gine"][side].values())
+
+
+def test_downstream_speed_counts_the_optimisers_element_wise_ops_as_the_optimisers():
+    from types import SimpleNamespace
+
+    bucket = _script("downstream_speed")._bucket
+    step = SimpleNamespace(name="Optimizer.step#AdamW.step", cpu_parent=None)
+    inner = SimpleNamespace(name="aten::lerp_", cpu_parent=SimpleNamespace(name="aten::_foreach_x", cpu_parent=step))
+    assert bucket(inner) == "optimiser"
+    assert bucket(SimpleNamespace(name="aten::lerp_", cpu_parent=None)) == "other ops"
+    assert bucket(SimpleNamespace(name="aten::mul_", cpu_parent=None)) == "element-wise"
+    assert bucket(SimpleNamespace(name="aten::mm", cpu_parent=None)) == "dense products"
+    assert bucket(SimpleNamespace(name="GSpMM", cpu_parent=None)) == "edge sums"
 
 
 def test_train_wall_time_refuses_a_folder_that_is_not_a_checkout(tmp_path, capsys):
