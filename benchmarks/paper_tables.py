@@ -610,17 +610,19 @@ def plot(table: str, cells: dict, path: Path) -> Path:
     """One panel of bars per column: ours (mean ± std) with the paper's ZINC-12k value as a tick."""
     from _figures import bars_with_errors
 
-    series, labels = [], None
+    # every row of any column, the paper's order first; a row a column lacks (an extra GPSE row run in some
+    # columns only) is a gap in that column's bars
+    present = [s for by_source in cells.values() for s in by_source]
+    sources = [s for s in SOURCES if s in present] + list(dict.fromkeys(s for s in present if s not in SOURCES))
+    labels = [_P.get(s, s) for s in sources]
+    series = []
     for column, by_source in cells.items():
-        sources = [s for s in SOURCES if s in by_source] + [s for s in by_source if s not in SOURCES]
-        labels = labels or [_P.get(s, s) for s in sources]
-        means, stds = zip(*(stats([r["test"] for r in by_source[s]]) for s in sources))
+        means, stds = zip(*(stats([r["test"] for r in by_source.get(s, [])]) for s in sources))
         series.append((f"ours, {COLUMN_LABELS.get(column, column)}", list(means), list(stds)))
     reference = None
     if len(cells) == 1 and table in PAPER:
         column = next(iter(cells))
         paper = PAPER[table].get(column, {})
-        sources = [s for s in SOURCES if s in cells[column]] + [s for s in cells[column] if s not in SOURCES]
         reference = ("paper (ZINC-12k)", [float(paper[s].split("±")[0]) if s in paper else math.nan
                                           for s in sources])
     title = {"zinc-gps": "ZINC replica, GPS: test MAE per PE", "zinc-pse": "ZINC replica: test MAE per PE and model",

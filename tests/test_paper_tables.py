@@ -445,3 +445,14 @@ def test_extra_columns_and_code_digests_are_checked(tmp_path, capsys):
     with pytest.raises(SystemExit, match="no run of .* has it; its runs have c0de"):
         script.main(["--tables", "solubility", "--ledger", str(ledger), "--report-only", "--code", "c0ffee",
                      "--out", str(tmp_path / "out"), "--figures", str(tmp_path / "figures")])
+
+
+def test_the_figure_takes_a_row_that_only_some_columns_have(tmp_path):
+    """An extra GPSE row run in some columns only (--extra-columns) is a gap in the other columns' bars."""
+    pytest.importorskip("matplotlib")
+    script = _script()
+    run = lambda test: {"test": test, "val": test}  # noqa: E731
+    cells = {"gine": {"GPSE": [run(0.2), run(0.3)], "RWSE": [run(0.4)], "GPSE:moses": [run(0.25)]},
+             "gcn": {"GPSE": [run(0.5)], "RWSE": [run(0.6)]}}
+    path = script.plot("zinc-pse", cells, tmp_path / "paper_zinc-pse.png")
+    assert path.is_file() and path.stat().st_size > 0
