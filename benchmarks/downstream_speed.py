@@ -124,7 +124,7 @@ def main(argv=None) -> dict:
     from gpse_dgl.data.zinc_replica import load_zinc_replica
 
     dataset = load_zinc_replica(default_root(), num_molecules=args.molecules)
-    rows, counts, profiles, step_ms, parts = [], {}, {}, {}, {}
+    rows, counts, profiles, step_ms, parts, bf16_dense_ms = [], {}, {}, {}, {}, {}
     for name in args.models:
         for precision in args.precisions:
             setup = _Setup(name, precision, dataset, args)
@@ -138,13 +138,16 @@ def main(argv=None) -> dict:
                 step_ms[name] = {side: profiles[name][side].pop("step ms") for side in ("ours", "pyg")}
                 step_ms[name]["batches"] = len(setup.ours_batches)
                 parts[name] = setup.step_parts()
+            if precision == "bf16" and args.profile_steps:
+                shares = profile_shares(setup.ours_step, args.profile_steps)
+                bf16_dense_ms[name] = shares["dense products"] * shares["step ms"]
     for row in rows:  # warm-up: the kernels' first build, allocator, caches
         for side in row.run:
             row.run[side]()
     for round_index in range(args.rounds):
         for row in rows:
             row.time_round(round_index)
-    return report(args, rows, counts, profiles, step_ms, parts)
+    return report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms)
 
 
 class _Setup:
@@ -324,7 +327,7 @@ def _bucket(event) -> str:
     return next((name for name, words in BUCKETS if any(w in key for w in words)), "other ops")
 
 
-def report(args, rows, counts, profiles, step_ms, parts) -> dict:
+def report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms) -> dict:
     print(f"## Downstream training: gpse-dgl vs PyG ({today()})\n")
     print(f"command: `{command_line()}`  \nmachine: {machine_line()}  \n"
           f"{args.rounds} interleaved round(s) of {args.batches} batches x {args.batch_size} ZINC-replica molecules, "
@@ -364,8 +367,14 @@ def report(args, rows, counts, profiles, step_ms, parts) -> dict:
             print("\nCeiling of PyG / ours, model only, fp32: PyG's step (timed above) over what both sides share, our "
                   "dense products (their profiled self time) and the AdamW step (timed in parts above), i.e. the "
                   "ratio were all else of ours free: " + ", ".join(f"{m} {c:.2f}x" for m, c in limits.items()))
+    bounds = bf16_bounds(records, profiles, step_ms, bf16_dense_ms)
+    if bounds:
+        print("\nbf16 were only the dense products to change, ours (our fp32 step, timed above, over the same step with "
+              "its fp32 dense products' profiled self time replaced by their bf16 self time; ms per step): "
+              + ", ".join(f"{m} {b['bound']:.2f}x ({b['fp32_dense_ms']:.2f} -> {b['bf16_dense_ms']:.2f} of "
+                          f"{b['fp32_step_ms']:.2f})" for m, b in bounds.items()))
     return {"records": records, "parameters": counts, "profiles": profiles, "step_ms": step_ms, "parts": parts,
-            "bf16_speedups": speedups}
+            "bf16_speedups": speedups, "bf16_bounds": bounds}
 
 
 def ceilings(records, profiles, step_ms, parts) -> dict:
@@ -376,6 +385,23 @@ def ceilings(records, profiles, step_ms, parts) -> dict:
               if r["precision"] == "fp32" and r["part"] == "model only" and r["model"] in step_ms}
     return {m: pyg_ms[m] / (step_ms[m]["ours"] * p["ours"]["dense products"] + parts[m]["ours"]["optimiser"])
             for m, p in profiles.items() if m in pyg_ms}
+
+
+def bf16_bounds(records, profiles, step_ms, bf16_dense_ms) -> dict:
+    """Per model profiled in both precisions: our fp32 model-only step (median wall time over the rounds), its
+    dense products' fp32 self time, their bf16 self time, and ``bound``, the bf16 speed-up were nothing but the
+    dense products to change. The denominator is the unprofiled step: shares of a profiled step understate the
+    products, whose self time the profiler barely inflates while it slows every op's dispatch."""
+    bounds = {}
+    for r in records:
+        m = r["model"]
+        if r["precision"] != "fp32" or r["part"] != "model only" or m not in bf16_dense_ms or m not in profiles:
+            continue
+        step = r["ours_s"] / step_ms[m]["batches"] * 1e3
+        dense = step_ms[m]["ours"] * profiles[m]["ours"]["dense products"]
+        bounds[m] = {"fp32_step_ms": step, "fp32_dense_ms": dense, "bf16_dense_ms": bf16_dense_ms[m],
+                     "bound": step / (step - dense + bf16_dense_ms[m])}
+    return bounds
 
 
 def _bf16_speedups(records) -> dict:

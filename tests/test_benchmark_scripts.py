@@ -120,6 +120,17 @@ def test_downstream_speed_times_both_sides_with_equal_parameters(capsys):
     out = capsys.readouterr().out
     assert "PyG / ours" in out and "Ceiling of PyG / ours" in out
     assert all(v > 0 for side in ("ours", "pyg") for v in result["parts"]["gine"][side].values())
+    bound = result["bf16_bounds"]["gine"]
+    assert bound["bf16_dense_ms"] > 0 and "were only the dense products to change" in out
+
+
+def test_downstream_speed_bounds_bf16_on_the_unprofiled_step():
+    # fp32 step 10 ms (1 s over 100 batches); its products 4 ms of a 16 ms profiled step; bf16 products 1 ms
+    bounds = _script("downstream_speed").bf16_bounds(
+        [{"model": "m", "precision": "fp32", "part": "model only", "ours_s": 1.0}],
+        {"m": {"ours": {"dense products": 0.25}}}, {"m": {"ours": 16.0, "batches": 100}}, {"m": 1.0})
+    assert bounds["m"]["fp32_dense_ms"] == 4.0
+    assert abs(bounds["m"]["bound"] - 10 / 7) < 1e-12
 
 
 def test_downstream_speed_counts_the_optimisers_element_wise_ops_as_the_optimisers():

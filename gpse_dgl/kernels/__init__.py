@@ -6,7 +6,8 @@ Four paths, named so in ``gpse-dgl info``, in ``metrics.json`` (``environment.ke
 ``dgl``        DGL's sparse kernels (``dgl.ops``): the message-passing ops of :mod:`gpse_dgl.nn.ops` where DGL
                runs on the device (backend ``"auto"``) or where ``backend="dgl"`` asks for them
 ``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum, GINE's
-               ReLU sum (:mod:`.relu_sum`), the downstream layers' BatchNorm step (:mod:`.batch_norm_act`),
+               ReLU sum (:mod:`.relu_sum`), GatedGCN's edge-gated sum (:mod:`.edge_gated_sum`), the
+               downstream layers' BatchNorm step (:mod:`.batch_norm_act`),
                dropout noise, the encoder's residual step; float32 (and bfloat16 rows where said) on the CPU
 ``triton``     the Triton kernels of :mod:`.triton_kernels` (:mod:`.gpu`): the gated sum and the eval-mode
                residual update, on CUDA without autograd
@@ -45,7 +46,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
-from . import batch_norm_act, cpu, dropout, gpu, relu_sum, residual
+from . import batch_norm_act, cpu, dropout, edge_gated_sum, gpu, relu_sum, residual
 from .cpu import GatedCSR, PackedSources, accumulates_in_place, pack_sources, packed_gated_sum, packed_shape
 from .dropout import draw_seed
 
@@ -79,6 +80,7 @@ KERNELS = (
     Kernel("gated_sum", "triton", "cuda", False, lambda g, k, q, v: gpu.supports(k, q, v), gpu.gated_sum),
     Kernel("gated_sum", "fused-cpu", "cpu", True, lambda g, k, q, v: cpu.supports(k, q, v), cpu.gated_sum),
     Kernel("relu_sum", "fused-cpu", "cpu", True, relu_sum.supports, relu_sum.relu_sum),
+    Kernel("edge_gated_sum", "fused-cpu", "cpu", True, edge_gated_sum.supports, edge_gated_sum.edge_gated_sum),
     Kernel("batch_norm_act", "fused-cpu", "cpu", True, batch_norm_act.supports, batch_norm_act.batch_norm_act),
     Kernel("dropout_noise", "fused-cpu", "cpu", True, dropout.supports, dropout.noise),
     Kernel("normalized_residual", "fused-cpu", "cpu", True, residual.supports, residual.normalized_residual),
@@ -134,7 +136,7 @@ def dgl_supports(device_type: str) -> bool:
 
 #: Ops whose ``"auto"`` backend is ``"torch"`` everywhere: their own kernels, and even their plain torch ops on
 #: the CPU, beat DGL's (``benchmarks/RESULTS.md``).
-TORCH_FIRST = ("gated_sum", "relu_sum")
+TORCH_FIRST = ("gated_sum", "relu_sum", "edge_gated_sum")
 #: On the CPU, ``"auto"`` runs the other message-passing ops as torch ops on graphs of at most this many edges
 #: (a training batch of a few dozen molecules): there torch's gathers and ``index_add_`` save about a tenth of a
 #: GatedGCN training step against DGL's kernels (GIN level); from about 4,800 edges (96 molecules) DGL's are

@@ -46,8 +46,8 @@ from .. import kernels
 from ..kernels import BACKENDS, dgl_supports, resolve_backend
 from ..utils.precision import accumulation_dtype, to_accumulation
 
-__all__ = ["BACKENDS", "copy_e_sum", "copy_u_mean", "copy_u_sum", "dgl_supports", "edge_index", "edge_softmax",
-           "gated_sum", "in_degrees", "relu_sum", "out_degrees", "readout", "resolve_backend", "segment_ids", "segment_reduce",
+__all__ = ["BACKENDS", "copy_e_sum", "copy_u_mean", "copy_u_sum", "dgl_supports", "edge_gated_sum", "edge_index",
+           "edge_softmax", "gated_sum", "in_degrees", "relu_sum", "out_degrees", "readout", "resolve_backend", "segment_ids", "segment_reduce",
            "u_add_v", "u_mul_e_sum"]
 
 
@@ -184,6 +184,33 @@ def relu_sum(graph, src_feat, edge_feat, backend=None, self_weight: float = 0.0)
     if self_weight:
         summed = self_weight * src_feat[: graph.num_dst_nodes()].to(summed.dtype) + summed
     return summed
+
+
+def edge_gated_sum(graph, val, dst_gate, src_gate, edge_gate, eps: float, backend=None):
+    """GatedGCN's aggregation with edge gates: ``(out, logits)`` with, per edge ``e = (u, v)``,
+    ``logits[e] = dst_gate[v] + src_gate[u] + edge_gate[e]`` and
+    ``out[v] = sum_e sigmoid(logits[e]) * val[u] / (sum_e sigmoid(logits[e]) + eps)`` (sums float32).
+
+    ``"torch"`` On the CPU with float32 or bfloat16 rows of one dtype and width: the fused C++ kernel of
+                :mod:`gpse_dgl.kernels.edge_gated_sum` (logits and sums float32, no other ``(E, d)`` tensor,
+                forward or backward), when it could be built; otherwise the ops below.
+    ``"dgl"``   :func:`u_add_v`, a sigmoid, :func:`u_mul_e_sum` and :func:`copy_e_sum`, each on ``backend``.
+
+    ``None``/``"auto"`` tries the kernel first, as for :func:`relu_sum`, and otherwise lets each op pick its own
+    path. The kernel's logits are float32; the unfused path's are in the inputs' promoted dtype.
+    """
+    if resolve_backend(backend, val.device, "edge_gated_sum") == "torch":
+        dtype = torch.promote_types(torch.promote_types(val.dtype, dst_gate.dtype),
+                                    torch.promote_types(src_gate.dtype, edge_gate.dtype))
+        result = kernels.run("edge_gated_sum", graph, val.to(dtype), dst_gate.to(dtype), src_gate.to(dtype),
+                             edge_gate.to(dtype), autograd=True, eps=eps)
+        if result is not None:
+            return result
+    logits = u_add_v(graph, src_gate, dst_gate, backend=backend) + edge_gate
+    gate = torch.sigmoid(logits)
+    numerator = u_mul_e_sum(graph, val, gate, backend=backend)
+    denominator = copy_e_sum(graph, gate, backend=backend)
+    return numerator / (denominator + eps), logits
 
 
 def u_mul_e_sum(graph, src_feat, edge_feat, backend=None):

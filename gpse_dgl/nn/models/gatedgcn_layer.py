@@ -75,12 +75,9 @@ class GatedGCNLayer(nn.Module):
     def forward(self, graph, feat: torch.Tensor, edge_feat: torch.Tensor):
         """``(graph, (N_src, in) node features, (E, in) edge features) -> ((N_dst, out), (E, out))``."""
         feat_dst = dst_features(graph, feat)
-        gate_logits = ops.u_add_v(graph, self.E(feat), self.D(feat_dst), backend=self.backend)
-        gate_logits = gate_logits + self.C(edge_feat)
-        gate = torch.sigmoid(gate_logits)
-        numerator = ops.u_mul_e_sum(graph, self.B(feat), gate, backend=self.backend)
-        denominator = ops.copy_e_sum(graph, gate, backend=self.backend)
-        h = self.A(feat_dst) + numerator / (denominator + self.eps)
+        aggregated, gate_logits = ops.edge_gated_sum(graph, self.B(feat), self.D(feat_dst), self.E(feat),
+                                                     self.C(edge_feat), self.eps, backend=self.backend)
+        h = self.A(feat_dst) + aggregated
 
         h = batch_norm_act(self.bn_node, h, relu=True, post=feat_dst if self.residual else None, dropout=self.dropout)
         e = batch_norm_act(self.bn_edge, gate_logits, relu=True, post=edge_feat if self.residual else None,

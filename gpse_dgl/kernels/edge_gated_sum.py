@@ -1,0 +1,67 @@
+r"""GatedGCN's aggregation with edge gates (the downstream ``GatedGCNLayer``) with the compiled CPU kernel.
+
+.. math::
+
+    \hat e_{uv} = g^{dst}_v + g^{src}_u + g^{edge}_{uv}, \qquad
+    \mathit{out}_v = \frac{\sum_{u \to v} \sigma(\hat e_{uv}) \odot \mathit{val}_u}
+                          {\sum_{u \to v} \sigma(\hat e_{uv}) + \epsilon}
+
+With torch ops the gather of each gate term, their sum, the sigmoid, the gathered values, their product and the
+two sums are each an ``(E, d)`` tensor written and read again, forward and backward, each with its autograd node.
+``csrc/edge_gated_sum.cpp`` reads the rows an edge needs once, writes the logits :math:`\hat e` (which the layer
+returns as its new edge features) and sums gates and messages in registers by destination; backward it makes one
+pass by destination and one by source, the gates recomputed from the logits, no atomics. Its autograd function is
+C++'s own. Rows are float32 or bfloat16 (a column slice of a wider projection too), logits and sums float32; each
+node's edges are summed in edge-id order on one thread, so the result does not depend on the number of threads.
+
+Example
+-------
+>>> import dgl, torch
+>>> from gpse_dgl import kernels
+>>> g = dgl.graph(([0, 1, 2], [1, 2, 0]))
+>>> val, dst_gate, src_gate, edge_gate = (torch.randn(3, 4) for _ in range(4))
+>>> result = kernels.run("edge_gated_sum", g, val, dst_gate, src_gate, edge_gate, autograd=True, eps=1e-6)
+>>> result is None or torch.allclose(result[1][0], dst_gate[1] + src_gate[0] + edge_gate[0])
+True
+"""
+from __future__ import annotations
+
+import torch
+
+from . import cpu
+
+__all__ = ["EdgeGatedCSR", "edge_gated_sum", "supports"]
+
+
+def supports(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: torch.Tensor, edge_gate: torch.Tensor) -> bool:
+    """Whether the kernel takes these operands: 2-D float32 or bfloat16 rows of one dtype and width, rows
+    contiguous, on the CPU, the kernels built."""
+    operands = (val, dst_gate, src_gate, edge_gate)
+    return (cpu.supports(*operands) and all(t.shape[1] == val.shape[1] and t.stride(-1) == 1 for t in operands))
+
+
+class EdgeGatedCSR:
+    """A graph's edges as the kernel reads them: by destination (sources and edge ids) and by source (edge ids
+    and destinations), int64 on the CPU, stable (edge-id order within a node); built once per graph object
+    (:meth:`of`)."""
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
+        edge_ids = torch.arange(len(src), dtype=torch.int64)
+        self.dst_indptr, self.dst_eid = cpu.csr(dst, edge_ids, num_dst)
+        self.dst_src = src[self.dst_eid].contiguous()
+        self.src_indptr, self.src_eid = cpu.csr(src, edge_ids, num_src)
+        self.src_dst = dst[self.src_eid].contiguous()
+
+    @classmethod
+    def of(cls, graph) -> "EdgeGatedCSR":
+        return cpu.cached_on_graph(graph, "_gpse_edge_gated_csr", cls)
+
+
+def edge_gated_sum(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: torch.Tensor, edge_gate: torch.Tensor,
+                   eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(out, logits)`` as float32 ``(num_dst_nodes, d)`` and ``(E, d)``, with autograd (:func:`supports` must
+    hold)."""
+    csr = EdgeGatedCSR.of(graph)
+    out, logits = cpu.kernel().edge_gated_sum(val, dst_gate, src_gate, edge_gate, float(eps), csr.dst_indptr,
+                                              csr.dst_src, csr.dst_eid, csr.src_indptr, csr.src_eid, csr.src_dst)
+    return out, logits
