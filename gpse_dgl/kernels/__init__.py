@@ -6,7 +6,8 @@ Four paths, named so in ``gpse-dgl info``, in ``metrics.json`` (``environment.ke
 ``dgl``        DGL's sparse kernels (``dgl.ops``): the message-passing ops of :mod:`gpse_dgl.nn.ops` where DGL
                runs on the device (backend ``"auto"``) or where ``backend="dgl"`` asks for them
 ``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum, GINE's
-               ReLU sum (:mod:`.relu_sum`), GatedGCN's edge-gated sum (:mod:`.edge_gated_sum`), the
+               ReLU sum (:mod:`.relu_sum`), GatedGCN's edge-gated sum (:mod:`.edge_gated_sum`), GIN's
+               and GCN's neighbour sum (:mod:`.u_sum`), the
                downstream layers' BatchNorm step (:mod:`.batch_norm_act`),
                dropout noise, the encoder's residual step; float32 (and bfloat16 rows where said) on the CPU
 ``triton``     the Triton kernels of :mod:`.triton_kernels` (:mod:`.gpu`): the gated sum and the eval-mode
@@ -46,7 +47,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
-from . import batch_norm_act, cpu, dropout, edge_gated_sum, gpu, relu_sum, residual
+from . import batch_norm_act, cpu, dropout, edge_gated_sum, gpu, relu_sum, residual, u_sum
 from .cpu import GatedCSR, PackedSources, accumulates_in_place, pack_sources, packed_gated_sum, packed_shape
 from .dropout import draw_seed
 
@@ -81,6 +82,7 @@ KERNELS = (
     Kernel("gated_sum", "fused-cpu", "cpu", True, lambda g, k, q, v: cpu.supports(k, q, v), cpu.gated_sum),
     Kernel("relu_sum", "fused-cpu", "cpu", True, relu_sum.supports, relu_sum.relu_sum),
     Kernel("edge_gated_sum", "fused-cpu", "cpu", True, edge_gated_sum.supports, edge_gated_sum.edge_gated_sum),
+    Kernel("copy_u_sum", "fused-cpu", "cpu", True, u_sum.supports, u_sum.u_sum),
     Kernel("batch_norm_act", "fused-cpu", "cpu", True, batch_norm_act.supports, batch_norm_act.batch_norm_act),
     Kernel("dropout_noise", "fused-cpu", "cpu", True, dropout.supports, dropout.noise),
     Kernel("normalized_residual", "fused-cpu", "cpu", True, residual.supports, residual.normalized_residual),
@@ -170,7 +172,8 @@ def packs_sources(device: torch.device, dtype: torch.dtype) -> bool:
 def paths(device) -> dict[str, str]:
     """The path each op takes on ``device`` for float32 rows: ``message_passing`` (the other ops of
     :mod:`gpse_dgl.nn.ops`), then each op of :data:`KERNELS` (training and inference alike where a kernel
-    takes both; the ``triton`` ones are inference only)."""
+    takes both; the ``triton`` ones are inference only). ``copy_u_sum`` is named by its path on a graph of at most
+    :data:`SMALL_GRAPH_EDGES` edges (a training batch); on larger ones it takes ``message_passing``'s."""
     device = torch.device(device)
     chosen = {"message_passing": resolve_backend(None, device)}
     for kernel in KERNELS:

@@ -2,13 +2,15 @@
 
 ``backend="dgl"``   the ``dgl`` path: DGL's fused sparse kernels (``dgl.ops``). The registry's DGL wheels are
                     CPU-only, so this needs the graph and the tensors on a device DGL was built for.
-``backend="torch"`` gpse-dgl's own: for :func:`gated_sum`, the ``fused-cpu`` or ``triton`` kernel where one
-                    takes the operands (:mod:`gpse_dgl.kernels` picks), else, as for every other op, the
-                    ``torch`` path: plain ``torch`` gather / ``index_add_`` over the edge list, which runs
-                    wherever torch runs (CUDA with a CPU-only DGL, MPS, ...).
+``backend="torch"`` gpse-dgl's own: for :func:`gated_sum`, :func:`relu_sum`, :func:`edge_gated_sum` and
+                    :func:`copy_u_sum`, the ``fused-cpu`` or ``triton`` kernel where one takes the operands
+                    (:mod:`gpse_dgl.kernels` picks), else, as for every other op, the ``torch`` path: plain
+                    ``torch`` gather / ``index_add_`` over the edge list, which runs wherever torch runs (CUDA
+                    with a CPU-only DGL, MPS, ...).
 
 ``"auto"`` (the default) is ``"dgl"`` where DGL can run on the tensors' device and ``"torch"`` otherwise,
-except for :func:`gated_sum` and :func:`relu_sum`, where ``"torch"`` is faster and leaner, and on the CPU for
+except for :func:`gated_sum`, :func:`relu_sum` and :func:`edge_gated_sum`, where ``"torch"`` is faster and
+leaner, and on the CPU for
 graphs of at most ``kernels.SMALL_GRAPH_EDGES`` edges (a training batch of a few dozen molecules), where torch's
 gathers beat DGL's kernels (:func:`gpse_dgl.kernels.resolve_backend`).
 Override per call (``backend=``), per module (constructor argument) or process-wide with the
@@ -128,12 +130,27 @@ def copy_v(graph, dst_feat, backend=None):
     return _gather(dst_feat, dst).to(dst_feat.dtype)
 
 
-def copy_u_sum(graph, src_feat, backend=None):
-    """``out[v] = sum_{u -> v} src_feat[u]``."""
-    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
-        return _dgl_kernel(dgl.ops.copy_u_sum, graph, src_feat)
-    src, dst = edge_index(graph, src_feat.device)
-    return _scatter_sum(_gather(src_feat, src), dst, graph.num_dst_nodes())
+def copy_u_sum(graph, src_feat, backend=None, self_weight: float = 0.0):
+    """``out[v] = self_weight * src_feat[v] + sum_{u -> v} src_feat[u]`` (``v`` over the destination nodes; the
+    self term is GIN's ``(1 + eps) h_v``).
+
+    On the ``"torch"`` path, on the CPU with float32 or bfloat16 rows, the fused C++ kernel of
+    :mod:`gpse_dgl.kernels.u_sum` runs (no ``(E, d)`` message, forward or backward) when it could be built;
+    otherwise, and on ``"dgl"``, the gathered rows are summed and the self term added after.
+    """
+    backend = resolve_backend(backend, src_feat.device, num_edges=graph.num_edges())
+    if backend == "torch":
+        summed = kernels.run("copy_u_sum", graph, src_feat, autograd=True, self_weight=self_weight)
+        if summed is not None:
+            return summed
+    if backend == "dgl":
+        summed = _dgl_kernel(dgl.ops.copy_u_sum, graph, src_feat)
+    else:
+        src, dst = edge_index(graph, src_feat.device)
+        summed = _scatter_sum(_gather(src_feat, src), dst, graph.num_dst_nodes())
+    if self_weight:
+        summed = self_weight * src_feat[: graph.num_dst_nodes()].to(summed.dtype) + summed
+    return summed
 
 
 def copy_u_mean(graph, src_feat, backend=None):

@@ -1,0 +1,118 @@
+// GIN's aggregation out[v] = w x[v] + sum_{u -> v} x[u] (and GCN's, w = 0) and its gradient, without an (E, d)
+// message: forward by destination (CSR of the in-edges' sources), each edge reading x[u] once into a float32 row
+// held while its destination is summed; backward by source (CSR of the out-edges' destinations),
+// grad_x[u] = w grad_out[u] + the sum of grad_out over u's out-edges, no atomics.
+// The autograd function (USum, bound as `u_sum`) is C++'s own: no Python runs forward or backward.
+// Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
+// so the result does not depend on the number of threads.
+#include "gated_sum.h"
+
+namespace {
+
+using gated::load;
+using gated::Rows;
+using gated::store;
+
+// out[v] (float32) = w x[v] + sum of x[index[e]] over v's edges [indptr[v], indptr[v + 1]), for v < n; the self
+// term only where w != 0. Forward: x the features and index the in-edges' sources. Backward: x grad_out (float32)
+// and index the out-edges' destinations.
+template <typename T>
+void sum_kernel(const int64_t* indptr, const int64_t* index, Rows<T> x, float self_weight, float* out, int64_t n,
+                int64_t d) {
+  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t v = begin; v < end; ++v) {
+      float* acc = out + v * d;
+      if (self_weight != 0.0f) {
+        const T* xv = x[v];
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * load(xv, j);
+      } else {
+        std::fill(acc, acc + d, 0.0f);
+      }
+      for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
+        if (e + gated::kPrefetchAhead < indptr[v + 1]) gated::prefetch_row(x[index[e + gated::kPrefetchAhead]], d);
+        const T* xu = x[index[e]];
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] += load(xu, j);
+      }
+    }
+  });
+}
+
+// The same sum over grad_out by source, written in x's dtype; sources without a destination row (u >= n_dst)
+// take no self term.
+template <typename T>
+void grad_kernel(const int64_t* indptr, const int64_t* dst, const float* grad_out, float self_weight, int64_t n_dst,
+                 T* grad_x, int64_t n, int64_t d) {
+  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(d);
+    for (int64_t u = begin; u < end; ++u) {
+      if (u < n_dst && self_weight != 0.0f) {
+        const float* g = grad_out + u * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * g[j];
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+      }
+      for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
+        const float* g = grad_out + dst[e] * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] += g[j];
+      }
+      T* gx = grad_x + u * d;
+      for (int64_t j = 0; j < d; ++j) store(gx, j, acc[j]);
+    }
+  });
+}
+
+struct USum : public torch::autograd::Function<USum> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, double self_weight,
+                            at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor src_indptr, at::Tensor src_dst) {
+    const int64_t n = dst_indptr.numel() - 1, d = x.size(1);
+    gated::check_csr(dst_indptr, dst_src, n);
+    gated::check_csr(src_indptr, src_dst, src_indptr.numel() - 1);
+    gated::check_rows(x, "x", d);
+    gpse_native::check(src_indptr.numel() - 1 == x.size(0), "one source CSR row per row of x");
+    gpse_native::check(self_weight == 0.0 || n <= x.size(0), "the self term needs a row of x per destination");
+    at::Tensor out = at::empty({n, d}, x.options().dtype(at::kFloat));
+    gated::dispatch(x, [&](auto tag) {
+      using T = decltype(tag);
+      sum_kernel<T>(dst_indptr.data_ptr<int64_t>(), dst_src.data_ptr<int64_t>(), gated::rows<T>(x),
+                    static_cast<float>(self_weight), out.data_ptr<float>(), n, d);
+    });
+    ctx->save_for_backward({src_indptr, src_dst});
+    ctx->saved_data["self_weight"] = self_weight;
+    ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->saved_data["rows"] = x.size(0);
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor grad_out = grads[0].to(at::kFloat).contiguous();
+    const int64_t rows = ctx->saved_data["rows"].toInt(), d = grad_out.size(1);
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
+    at::Tensor grad_x = at::empty({rows, d}, grad_out.options().dtype(dtype));
+    gated::dispatch(grad_x, [&](auto tag) {
+      using T = decltype(tag);
+      grad_kernel<T>(saved[0].data_ptr<int64_t>(), saved[1].data_ptr<int64_t>(), grad_out.data_ptr<float>(),
+                     static_cast<float>(ctx->saved_data["self_weight"].toDouble()), grad_out.size(0),
+                     grad_x.data_ptr<T>(), rows, d);
+    });
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
+// out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum over each destination's in-edges of x[u], with
+// autograd (x: (n_src, d), float32 or bfloat16, rows contiguous; the CSRs as USumCSR in u_sum.py holds them).
+at::Tensor u_sum(at::Tensor x, double self_weight, at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor src_indptr,
+                 at::Tensor src_dst) {
+  return USum::apply(x, self_weight, dst_indptr, dst_src, src_indptr, src_dst);
+}
+
+}  // namespace
+
+static const gpse_native::Binding binding([](pybind11::module_& m) {
+  m.def("u_sum", &u_sum, "w x[v] + the sum of x[u] over each destination's in-edges, with autograd");
+});

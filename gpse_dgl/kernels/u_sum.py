@@ -1,0 +1,53 @@
+"""The neighbour sum ``out[v] = w x[v] + sum_{u -> v} x[u]`` (GIN's aggregation with its self term, GCN's with
+``w = 0``) with the compiled CPU kernel.
+
+With torch ops the gather writes every edge's row ``x[u]`` to an ``(E, d)`` tensor and ``index_add_`` sums it;
+backward the gradient is gathered per edge again and summed by source. ``csrc/u_sum.cpp`` sums by destination
+forward and by source backward, reading each row once per edge and keeping nothing per edge; its autograd
+function is C++'s own. Rows are float32 or bfloat16, sums and the result float32; each node's edges are summed
+in edge-id order on one thread, so the result does not depend on the number of threads.
+
+Example
+-------
+>>> import dgl, torch
+>>> from gpse_dgl import kernels
+>>> g = dgl.graph(([0, 1, 2], [1, 2, 0]))
+>>> x = torch.randn(3, 4)
+>>> out = kernels.run("copy_u_sum", g, x, autograd=True, self_weight=1.0)  # None where the kernel cannot run
+>>> out is None or torch.allclose(out[1], x[1] + x[0])
+True
+"""
+from __future__ import annotations
+
+import torch
+
+from . import cpu
+
+__all__ = ["USumCSR", "supports", "u_sum"]
+
+
+def supports(graph, x: torch.Tensor) -> bool:
+    """Whether the kernel takes these operands: 2-D float32 or bfloat16 rows, contiguous, on the CPU, the kernels
+    built."""
+    return cpu.supports(x) and x.stride(-1) == 1
+
+
+class USumCSR:
+    """A graph's edges as the kernel reads them: the in-edges' sources by destination and the out-edges'
+    destinations by source, int64 on the CPU, stable (edge-id order within a node); built once per graph object
+    (:meth:`of`)."""
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
+        self.dst_indptr, self.dst_src = cpu.csr(dst, src, num_dst)
+        self.src_indptr, self.src_dst = cpu.csr(src, dst, num_src)
+
+    @classmethod
+    def of(cls, graph) -> "USumCSR":
+        return cpu.cached_on_graph(graph, "_gpse_u_sum_csr", cls)
+
+
+def u_sum(graph, x: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
+    """``self_weight * x[v] + sum_{u -> v} x[u]`` as float32 ``(num_dst_nodes, d)``, with autograd
+    (:func:`supports` must hold)."""
+    csr = USumCSR.of(graph)
+    return cpu.kernel().u_sum(x, float(self_weight), csr.dst_indptr, csr.dst_src, csr.src_indptr, csr.src_dst)

@@ -1,0 +1,133 @@
+"""GIN's and GCN's fused neighbour sum (``ops.copy_u_sum`` with its self term, ``kernels/csrc/u_sum.cpp``): values and
+gradients against float64 torch code on the graphs that break kernels, against the unfused paths, and GIN and GCN
+training unchanged against the code they replaced."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpse_dgl import _env  # noqa: F401
+import dgl
+
+from gpse_dgl import kernels
+from gpse_dgl.kernels import cpu
+from gpse_dgl.kernels import u_sum as kernel
+from gpse_dgl.nn import ops
+from gpse_dgl.nn.models import build_model
+
+from _molecule_batches import molecule_batches, train_losses
+from test_relu_sum import _graphs
+
+needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
+
+
+def _reference(graph, x, self_weight=0.0):
+    src, dst = (t.long() for t in graph.edges())
+    summed = torch.zeros(graph.num_nodes(), x.shape[1], dtype=torch.float64).index_add(0, dst, x.double()[src])
+    return summed + self_weight * x.double()
+
+
+@needs_kernel
+@pytest.mark.parametrize("self_weight", [0.0, 1.25])
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("case", list(_graphs()), ids=lambda c: c[0])
+def test_values_and_gradients_match_float64(case, dtype, tol, self_weight):
+    _, graph = case
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(graph.num_nodes(), 19, generator=gen).to(dtype).requires_grad_()  # 19: not a vector width
+    assert kernel.supports(graph, x)
+    out = ops.copy_u_sum(graph, x, backend="torch", self_weight=self_weight)
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    x64 = x.detach().double().requires_grad_()
+    ref = _reference(graph, x64, self_weight)
+    if not ref.numel():
+        return
+    weight = torch.randn(out.shape, generator=gen)
+    (grad,) = torch.autograd.grad((out * weight).sum(), x)
+    (ref_grad,) = torch.autograd.grad((ref * weight.double()).sum(), x64)
+    assert grad.dtype == dtype
+    for got, want in ((out, ref), (grad, ref_grad)):
+        assert (got.double() - want).abs().max() <= tol * (1 + want.abs().max())
+
+
+@needs_kernel
+def test_a_block_sums_into_its_destinations():
+    graph = dgl.graph((torch.randint(0, 40, (150,)), torch.randint(0, 40, (150,))), num_nodes=40)
+    block = dgl.to_block(dgl.in_subgraph(graph, torch.arange(15)), torch.arange(15))  # sources first 15: dst
+    x = torch.randn(block.num_src_nodes(), 8, requires_grad=True)
+    out = ops.copy_u_sum(block, x, backend="torch", self_weight=2.0)
+    src, dst = (t.long() for t in block.edges())
+    ref = 2.0 * x[:15] + torch.zeros(15, 8).index_add(0, dst, x[src])
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(torch.autograd.grad(out.sum(), x)[0], torch.autograd.grad(ref.sum(), x)[0])
+
+
+@needs_kernel
+@pytest.mark.parametrize("backend", ["torch", "dgl"])
+def test_the_kernel_agrees_with_the_unfused_paths(monkeypatch, backend):
+    graph = dgl.graph((torch.randint(0, 30, (200,)), torch.randint(0, 30, (200,))), num_nodes=30)
+    x = torch.randn(30, 8, requires_grad=True)
+
+    def output_and_grad(backend):
+        out = ops.copy_u_sum(graph, x, backend=backend, self_weight=0.5)
+        return out, torch.autograd.grad((out * out).sum(), x)[0]
+
+    fused = output_and_grad("torch")
+    monkeypatch.setattr(kernels, "run", lambda *args, **kwargs: None)  # no kernel: the torch / DGL ops
+    for a, b in zip(fused, output_and_grad(backend)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+@needs_kernel
+def test_the_result_does_not_depend_on_the_number_of_threads():
+    graph = dgl.graph((torch.randint(0, 500, (6000,)), torch.randint(0, 500, (6000,))), num_nodes=500)
+    x = torch.randn(500, 64, requires_grad=True)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 3):
+            torch.set_num_threads(n)
+            out = ops.copy_u_sum(graph, x, backend="torch", self_weight=1.0)
+            results.append((out, torch.autograd.grad((out * out).sum(), x)[0]))
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+
+
+@needs_kernel
+def test_nothing_per_edge_is_kept_for_backward():
+    graph = dgl.graph((torch.randint(0, 100, (1000,)), torch.randint(0, 100, (1000,))), num_nodes=100)
+    x = torch.randn(100, 16, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        ops.copy_u_sum(graph, x, backend="torch", self_weight=1.0)
+    csr = kernel.USumCSR.of(graph)
+    assert len(saved) == 2 and saved[0] is csr.src_indptr and saved[1] is csr.src_dst
+
+
+def _old_gin_forward(self, graph, feat):
+    """``GINConv.forward`` before the fused sum: gather and ``index_add_``, the self term added after."""
+    src, dst = ops.edge_index(graph, feat.device)
+    neighbours = torch.zeros(graph.num_dst_nodes(), feat.shape[1]).index_add_(0, dst, feat.float().index_select(0, src))
+    h = (1 + self.eps) * feat + neighbours
+    return self.apply_func(h)
+
+
+@pytest.mark.parametrize("name", ["gin", "gcn"])
+def test_training_losses_equal_the_old_path(monkeypatch, name):
+    def losses():
+        torch.manual_seed(0)
+        model = build_model(name, dim_in=None, node_encoder="atom", dim_out=1, dim_hidden=32, num_layers=3)
+        # SGD: AdamW would turn the ~1e-8 rounding noise of the biases before each BatchNorm into full steps
+        return train_losses(model, torch.optim.SGD(model.parameters(), lr=5e-2), molecule_batches(), 8, clip=1.0)
+
+    new = losses()
+    if name == "gin":
+        from gpse_dgl.nn.models.gin_layer import GINConv
+
+        monkeypatch.setattr(GINConv, "forward", _old_gin_forward)
+    else:
+        monkeypatch.setattr(kernels, "run", lambda *args, **kwargs: None)
+    old = losses()
+    torch.testing.assert_close(torch.tensor(new), torch.tensor(old), rtol=1e-5, atol=0)
