@@ -139,10 +139,10 @@ def dgl_supports(device_type: str) -> bool:
 #: Ops whose ``"auto"`` backend is ``"torch"`` everywhere: their own kernels, and even their plain torch ops on
 #: the CPU, beat DGL's (``benchmarks/RESULTS.md``).
 TORCH_FIRST = ("gated_sum", "relu_sum", "edge_gated_sum")
-#: On the CPU, ``"auto"`` runs the other message-passing ops as torch ops on graphs of at most this many edges
-#: (a training batch of a few dozen molecules): there torch's gathers and ``index_add_`` save about a tenth of a
-#: GatedGCN training step against DGL's kernels (GIN level); from about 4,800 edges (96 molecules) DGL's are
-#: ahead (``benchmarks/RESULTS.md`` section 21).
+#: On the CPU, ``"auto"`` runs the other message-passing ops, and ``copy_u_sum``'s fused kernel, on graphs of at most
+#: this many edges (a training batch of a few dozen molecules) and DGL's kernels above: set when that path was
+#: plain torch gathers and ``index_add_``, which saved about a tenth of a GatedGCN training step against DGL's
+#: kernels at 32 molecules a batch and lost to them from about 4,800 edges (96 molecules).
 SMALL_GRAPH_EDGES = 4096
 
 

@@ -12,12 +12,12 @@
 // Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
 // so the result does not depend on the number of threads.
 #include "gated_sum.h"
+#include "node_sums.h"
 
 namespace {
 
 using gated::load;
 using gated::Rows;
-using gated::store;
 
 template <typename T>
 void forward_kernel(const int64_t* indptr, const int64_t* src, const int64_t* eid, Rows<T> x, Rows<T> ef,
@@ -59,32 +59,6 @@ void grad_edge_kernel(const int64_t* indptr, const int64_t* src, const int64_t* 
 #pragma omp simd
         for (int64_t j = 0; j < d; ++j) ge[j] = load(xu, j) + load(fe, j) > 0.0f ? g[j] : 0.0f;
       }
-    }
-  });
-}
-
-// Pass 2: grad_x[u] (T, every row written) = w grad_out[u] (destinations u < n_dst only) + the sum over u's
-// out-edges (edge ids `eid`) of grad_ef[e], in float32.
-template <typename T>
-void grad_source_kernel(const int64_t* indptr, const int64_t* eid, const float* grad_ef, const float* grad_out,
-                        float self_weight, int64_t n_dst, T* grad_x, int64_t n, int64_t d) {
-  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(d);
-    for (int64_t u = begin; u < end; ++u) {
-      if (u < n_dst && self_weight != 0.0f) {
-        const float* g = grad_out + u * d;
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * g[j];
-      } else {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-      }
-      for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
-        const float* ge = grad_ef + eid[e] * d;
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) acc[j] += ge[j];
-      }
-      T* gx = grad_x + u * d;
-      for (int64_t j = 0; j < d; ++j) store(gx, j, acc[j]);
     }
   });
 }
@@ -133,9 +107,10 @@ std::pair<at::Tensor, at::Tensor> run_backward(const Graph& g, const at::Tensor&
                         n, d);
     if (want_x) {
       grad_x = at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous));
-      grad_source_kernel<T>(g.src_indptr.data_ptr<int64_t>(), g.src_eid.data_ptr<int64_t>(),
-                            grad_ef.data_ptr<float>(), grad_out.data_ptr<float>(), static_cast<float>(self_weight),
-                            n, grad_x.data_ptr<T>(), x.size(0), d);
+      // pass 2: grad_x[u] = w grad_out[u] + the sum of grad_ef over u's out-edges
+      node_sums::sum_by_node<T>(g.src_indptr.data_ptr<int64_t>(), g.src_eid.data_ptr<int64_t>(),
+                                grad_ef.data_ptr<float>(), grad_out.data_ptr<float>(), static_cast<float>(self_weight),
+                                n, grad_x.data_ptr<T>(), x.size(0), d);
     }
   });
   return {grad_ef, grad_x};

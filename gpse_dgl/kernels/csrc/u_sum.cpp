@@ -6,16 +6,15 @@
 // Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
 // so the result does not depend on the number of threads.
 #include "gated_sum.h"
+#include "node_sums.h"
 
 namespace {
 
 using gated::load;
 using gated::Rows;
-using gated::store;
 
-// out[v] (float32) = w x[v] + sum of x[index[e]] over v's edges [indptr[v], indptr[v + 1]), for v < n; the self
-// term only where w != 0. Forward: x the features and index the in-edges' sources. Backward: x grad_out (float32)
-// and index the out-edges' destinations.
+// out[v] (float32) = w x[v] + sum of x[index[e]] over v's in-edges [indptr[v], indptr[v + 1]) (index: their
+// sources), for v < n; the self term only where w != 0.
 template <typename T>
 void sum_kernel(const int64_t* indptr, const int64_t* index, Rows<T> x, float self_weight, float* out, int64_t n,
                 int64_t d) {
@@ -35,32 +34,6 @@ void sum_kernel(const int64_t* indptr, const int64_t* index, Rows<T> x, float se
 #pragma omp simd
         for (int64_t j = 0; j < d; ++j) acc[j] += load(xu, j);
       }
-    }
-  });
-}
-
-// The same sum over grad_out by source, written in x's dtype; sources without a destination row (u >= n_dst)
-// take no self term.
-template <typename T>
-void grad_kernel(const int64_t* indptr, const int64_t* dst, const float* grad_out, float self_weight, int64_t n_dst,
-                 T* grad_x, int64_t n, int64_t d) {
-  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
-    std::vector<float> acc(d);
-    for (int64_t u = begin; u < end; ++u) {
-      if (u < n_dst && self_weight != 0.0f) {
-        const float* g = grad_out + u * d;
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * g[j];
-      } else {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-      }
-      for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
-        const float* g = grad_out + dst[e] * d;
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) acc[j] += g[j];
-      }
-      T* gx = grad_x + u * d;
-      for (int64_t j = 0; j < d; ++j) store(gx, j, acc[j]);
     }
   });
 }
@@ -96,9 +69,10 @@ struct USum : public torch::autograd::Function<USum> {
     at::Tensor grad_x = at::empty({rows, d}, grad_out.options().dtype(dtype));
     gated::dispatch(grad_x, [&](auto tag) {
       using T = decltype(tag);
-      grad_kernel<T>(saved[0].data_ptr<int64_t>(), saved[1].data_ptr<int64_t>(), grad_out.data_ptr<float>(),
-                     static_cast<float>(ctx->saved_data["self_weight"].toDouble()), grad_out.size(0),
-                     grad_x.data_ptr<T>(), rows, d);
+      // the sum over grad_out by source; sources without a destination row (u >= n_dst) take no self term
+      node_sums::sum_by_node<T>(saved[0].data_ptr<int64_t>(), saved[1].data_ptr<int64_t>(), grad_out.data_ptr<float>(),
+                                grad_out.data_ptr<float>(), static_cast<float>(ctx->saved_data["self_weight"].toDouble()),
+                                grad_out.size(0), grad_x.data_ptr<T>(), rows, d);
     });
     return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }

@@ -1,0 +1,35 @@
+// What the downstream kernels' backward passes share (relu_sum.cpp, u_sum.cpp): a node's gradient as the sum of
+// float32 rows over its edges in a CSR, plus its self term.
+#pragma once
+
+#include "gated_sum.h"
+
+namespace node_sums {
+
+// out[u] (T, every row written) = w self_rows[u] (u < n_self, where w != 0) + the sum of rows[index[e]] over u's
+// edges [indptr[u], indptr[u + 1]), in float32 and in edge order on one thread (the same on any thread count).
+template <typename T>
+void sum_by_node(const int64_t* indptr, const int64_t* index, const float* rows, const float* self_rows,
+                 float self_weight, int64_t n_self, T* out, int64_t n, int64_t d) {
+  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(d);
+    for (int64_t u = begin; u < end; ++u) {
+      if (u < n_self && self_weight != 0.0f) {
+        const float* s = self_rows + u * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * s[j];
+      } else {
+        std::fill(acc.begin(), acc.end(), 0.0f);
+      }
+      for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
+        const float* r = rows + index[e] * d;
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] += r[j];
+      }
+      T* o = out + u * d;
+      for (int64_t j = 0; j < d; ++j) gated::store(o, j, acc[j]);
+    }
+  });
+}
+
+}  // namespace node_sums
