@@ -12,10 +12,9 @@ from gpse_dgl import kernels
 from gpse_dgl.kernels import cpu
 from gpse_dgl.kernels import relu_sum as kernel
 from gpse_dgl.nn import ops
-from gpse_dgl.nn.models import build_model
 from gpse_dgl.utils.precision import to_accumulation
 
-from _molecule_batches import molecule_batches, train_losses
+from _molecule_batches import losses_against_old_forward
 
 needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
 
@@ -41,10 +40,18 @@ def _reference(graph, x, e, self_weight=0.0):
     return summed + self_weight * x.double()
 
 
-@needs_kernel
-@pytest.mark.parametrize("self_weight", [0.0, 1.25])
-@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
-@pytest.mark.parametrize("case", list(_graphs()), ids=lambda c: c[0])
+def neighbour_sum_cases(test):
+    """``test(case, dtype, tol, self_weight)`` on every graph of :func:`_graphs`, float32 and bfloat16 rows (each
+    with its tolerance against float64) and a self term of 0 and 1.25, where the kernels are built."""
+    marks = (needs_kernel, pytest.mark.parametrize("self_weight", [0.0, 1.25]),
+             pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)]),
+             pytest.mark.parametrize("case", list(_graphs()), ids=lambda c: c[0]))
+    for mark in reversed(marks):
+        test = mark(test)
+    return test
+
+
+@neighbour_sum_cases
 def test_values_and_gradients_match_float64(case, dtype, tol, self_weight):
     _, graph = case
     gen = torch.Generator().manual_seed(1)
@@ -122,18 +129,9 @@ def _old_gine_forward(self, graph, feat, edge_feat):
     return self.apply_func(h)
 
 
-def _train_losses(graphs, steps=5):
-    torch.manual_seed(0)
-    model = build_model("gine", dim_in=None, node_encoder="atom", edge_encoder="bond", dim_out=1, dim_hidden=32,
-                        num_layers=3)
-    return train_losses(model, torch.optim.AdamW(model.parameters(), lr=1e-2), graphs, steps, clip=1.0)
-
-
 def test_gine_training_losses_equal_the_old_path(monkeypatch):
-    graphs = molecule_batches()
-    new = _train_losses(graphs)
     from gpse_dgl.nn.models.gine_layer import GINEConv
 
-    monkeypatch.setattr(GINEConv, "forward", _old_gine_forward)
-    old = _train_losses(graphs)
+    new, old = losses_against_old_forward(monkeypatch, "gine", GINEConv, _old_gine_forward, steps=5, edge_encoder="bond",
+                                          optimizer=lambda params: torch.optim.AdamW(params, lr=1e-2))
     torch.testing.assert_close(torch.tensor(new), torch.tensor(old), rtol=1e-5, atol=0)

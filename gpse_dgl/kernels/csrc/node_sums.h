@@ -1,10 +1,21 @@
-// What the downstream kernels' backward passes share (relu_sum.cpp, u_sum.cpp): a node's gradient as the sum of
-// float32 rows over its edges in a CSR, plus its self term.
+// What the neighbour-sum kernels share (relu_sum.cpp, u_sum.cpp): a node's sum started at its self term, and a node's
+// gradient as the sum of float32 rows over its edges in a CSR plus its self term.
 #pragma once
 
 #include "gated_sum.h"
 
 namespace node_sums {
+
+// acc[0:d] = w row[0:d] (zeros where w == 0, row unread: it may not exist), in float32.
+template <typename T>
+inline void start_with_self_term(float* acc, const T* row, float self_weight, int64_t d) {
+  if (self_weight == 0.0f) {
+    std::fill(acc, acc + d, 0.0f);
+    return;
+  }
+#pragma omp simd
+  for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * gated::load(row, j);
+}
 
 // out[u] (T, every row written) = w self_rows[u] (u < n_self, where w != 0) + the sum of rows[index[e]] over u's
 // edges [indptr[u], indptr[u + 1]), in float32 and in edge order on one thread (the same on any thread count).
@@ -14,13 +25,7 @@ void sum_by_node(const int64_t* indptr, const int64_t* index, const float* rows,
   at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> acc(d);
     for (int64_t u = begin; u < end; ++u) {
-      if (u < n_self && self_weight != 0.0f) {
-        const float* s = self_rows + u * d;
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * s[j];
-      } else {
-        std::fill(acc.begin(), acc.end(), 0.0f);
-      }
+      start_with_self_term(acc.data(), self_rows + u * d, u < n_self ? self_weight : 0.0f, d);
       for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
         const float* r = rows + index[e] * d;
 #pragma omp simd

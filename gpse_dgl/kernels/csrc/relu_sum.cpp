@@ -25,13 +25,7 @@ void forward_kernel(const int64_t* indptr, const int64_t* src, const int64_t* ei
   at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t v = begin; v < end; ++v) {
       float* acc = out + v * d;
-      if (self_weight != 0.0f) {
-        const T* xv = x[v];
-#pragma omp simd
-        for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * load(xv, j);
-      } else {
-        std::fill(acc, acc + d, 0.0f);
-      }
+      node_sums::start_with_self_term(acc, x[v], self_weight, d);
       for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
         if (e + gated::kPrefetchAhead < indptr[v + 1]) {
           gated::prefetch_row(x[src[e + gated::kPrefetchAhead]], d);
