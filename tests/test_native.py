@@ -499,6 +499,29 @@ def test_a_lock_that_goes_stale_while_waiting_is_removed(tmp_path):
     assert fresh.exists()  # a live build's lock stays
 
 
+def test_an_old_lock_stays_while_a_build_runs_in_its_directory(tmp_path):
+    """A loaded host can take longer than the stale age to compile: the lock of a build still running is kept."""
+    import os
+    import subprocess
+    import time
+
+    lock = tmp_path / "lock"
+    lock.write_text("")
+    old = time.time() - cpu.STALE_LOCK_SECONDS - 5
+    os.utime(lock, (old, old))
+    if not os.path.isdir("/proc"):
+        pytest.skip("no /proc: a build's liveness is not known here")
+    compiler = subprocess.Popen(["sleep", "30"], cwd=tmp_path)  # stands in for ninja, working in the build folder
+    try:
+        assert cpu._build_running(tmp_path)
+        assert not cpu._remove_stale_lock(lock) and lock.exists()
+    finally:
+        compiler.kill()
+        compiler.wait()
+    assert not cpu._build_running(tmp_path)
+    assert cpu._remove_stale_lock(lock) and not lock.exists()
+
+
 @needs_kernel
 def test_gradient_buffers_must_have_the_rows_dtype():
     """The gradient kernels write every row in the rows' dtype: a float32 buffer for bf16 rows is refused."""

@@ -100,7 +100,7 @@ def test_nothing_per_edge_is_kept_for_backward():
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         ops.copy_u_sum(graph, x, backend="torch", self_weight=1.0)
-    csr = kernel.USumCSR.of(graph)
+    csr = cpu.EdgeCSR.of(graph)
     assert len(saved) == 2 and saved[0] is csr.src_indptr and saved[1] is csr.src_dst
 
 
@@ -129,3 +129,20 @@ def test_gcn_training_losses_equal_the_torch_path(monkeypatch):
     fused_forward = GCNConv.forward
     new, old = losses_against_old_forward(monkeypatch, "gcn", GCNConv, torch_path)
     torch.testing.assert_close(torch.tensor(new), torch.tensor(old), rtol=1e-5, atol=0)
+
+
+@needs_kernel
+def test_the_shared_csr_matches_a_sort_of_the_edges():
+    gen = torch.Generator().manual_seed(7)
+    graph = dgl.graph((torch.randint(0, 30, (400,), generator=gen), torch.randint(0, 25, (400,), generator=gen)),
+                      num_nodes=30)
+    csr = cpu.EdgeCSR.of(graph)
+    assert cpu.EdgeCSR.of(graph) is csr  # built once per graph object
+    src, dst = (t.long() for t in graph.edges())
+    for key, other, indptr, others, eids in ((dst, src, csr.dst_indptr, csr.dst_src, csr.dst_eid),
+                                             (src, dst, csr.src_indptr, csr.src_dst, csr.src_eid)):
+        order = torch.argsort(key, stable=True)
+        assert torch.equal(eids, order) and torch.equal(others, other[order])
+        assert torch.equal(indptr[1:], torch.cumsum(torch.bincount(key, minlength=30), 0)) and indptr[0] == 0
+    with pytest.raises(RuntimeError, match="destination node 5 is not below 5"):
+        cpu.kernel().edge_csr(torch.tensor([0, 1]), torch.tensor([1, 5]), 6, 5)

@@ -51,7 +51,7 @@ import torch
 from .._private import tensor_version
 from ..utils import memory
 
-__all__ = ["GatedCSR", "PackedSources", "accumulates_in_place", "available", "describe", "factors", "gated_sum",
+__all__ = ["EdgeCSR", "GatedCSR", "PackedSources", "accumulates_in_place", "available", "describe", "factors", "gated_sum",
            "kernel", "pack_sources", "packed_gated_sum", "packed_shape", "supports"]
 
 _CSRC = Path(__file__).parent / "csrc"
@@ -119,17 +119,36 @@ def _find_ninja() -> None:
             os.environ["PATH"] = f"{candidate.parent}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
-#: A build lock older than this was left by a compilation that was killed (a build takes about a minute):
-#: torch would wait on it for ever.
+#: A build lock older than this, with no process working in its build directory, was left by a compilation that
+#: was killed: torch would wait on it for ever.
 STALE_LOCK_SECONDS = 600
 #: How often the lock is looked at while torch builds or waits.
 LOCK_POLL_SECONDS = 5.0
 
 
+def _build_running(directory: Path) -> bool:
+    """Whether a process works in ``directory`` (torch runs ninja there, and ninja the compilers): on Linux from
+    each process's working directory in ``/proc``; elsewhere unknown, taken as no. Age alone cannot tell a killed
+    build from a live one on a loaded host, where compiling every kernel can take longer than ten minutes."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return False
+    target = os.path.realpath(directory)
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "cwd") == target:
+                    return True
+            except OSError:  # gone, or another user's
+                continue
+    return False
+
+
 def _remove_stale_lock(lock: Path, stale_seconds: float = STALE_LOCK_SECONDS) -> bool:
-    """Remove ``lock`` if it is older than ``stale_seconds``; whether it did."""
+    """Remove ``lock`` if it is older than ``stale_seconds`` and no process builds in its directory; whether it
+    did."""
     try:
-        if time.time() - lock.stat().st_mtime > stale_seconds:
+        if time.time() - lock.stat().st_mtime > stale_seconds and not _build_running(lock.parent):
             lock.unlink()
             return True
     except FileNotFoundError:
@@ -141,7 +160,8 @@ def _remove_stale_lock(lock: Path, stale_seconds: float = STALE_LOCK_SECONDS) ->
 def _watching_lock(lock: Path, stale_seconds: float = STALE_LOCK_SECONDS, poll: float = LOCK_POLL_SECONDS):
     """Run the block while a thread removes ``lock`` once it is stale. torch waits, without a limit, for the lock
     of a build that another process holds; a lock still young when the wait began (its build killed a minute
-    earlier) would otherwise hold this process for ever. A live build does not take ten minutes."""
+    earlier) would otherwise hold this process for ever. A build still running in the lock's directory, this
+    process's own or another's, keeps its lock however long it takes."""
     done = threading.Event()
 
     def watch():
@@ -201,6 +221,23 @@ class GatedCSR:
     @classmethod
     def of(cls, graph) -> "GatedCSR":
         return cached_on_graph(graph, "_gpse_gated_csr", cls)
+
+
+class EdgeCSR:
+    """A graph's edges as the neighbour-sum kernels read them (:mod:`.relu_sum`, :mod:`.edge_gated_sum`,
+    :mod:`.u_sum`): the in-edges of each destination (``dst_indptr``; their sources ``dst_src`` and edge ids
+    ``dst_eid``) and the out-edges of each source (``src_indptr``; ``src_dst``, ``src_eid``), int64 on the CPU,
+    stable (edge-id order within a node). One counting sort per direction (``csrc/edge_csr.cpp``), built once per
+    graph object (:meth:`of`) and shared by every layer and kernel: a training batch is a new graph every step."""
+
+    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
+        (self.dst_indptr, self.dst_src, self.dst_eid, self.src_indptr, self.src_dst,
+         self.src_eid) = kernel().edge_csr(src, dst, num_src, num_dst)
+        self.num_src, self.num_dst = num_src, num_dst
+
+    @classmethod
+    def of(cls, graph) -> "EdgeCSR":
+        return cached_on_graph(graph, "_gpse_edge_csr", cls)
 
 
 def csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:

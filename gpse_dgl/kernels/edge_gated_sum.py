@@ -30,7 +30,7 @@ import torch
 
 from . import cpu
 
-__all__ = ["EdgeGatedCSR", "edge_gated_sum", "supports"]
+__all__ = ["edge_gated_sum", "supports"]
 
 
 def supports(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: torch.Tensor, edge_gate: torch.Tensor) -> bool:
@@ -40,28 +40,11 @@ def supports(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: torch.T
     return (cpu.supports(*operands) and all(t.shape[1] == val.shape[1] and t.stride(-1) == 1 for t in operands))
 
 
-class EdgeGatedCSR:
-    """A graph's edges as the kernel reads them: by destination (sources and edge ids) and by source (edge ids
-    and destinations), int64 on the CPU, stable (edge-id order within a node); built once per graph object
-    (:meth:`of`)."""
-
-    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-        edge_ids = torch.arange(len(src), dtype=torch.int64)
-        self.dst_indptr, self.dst_eid = cpu.csr(dst, edge_ids, num_dst)
-        self.dst_src = src[self.dst_eid].contiguous()
-        self.src_indptr, self.src_eid = cpu.csr(src, edge_ids, num_src)
-        self.src_dst = dst[self.src_eid].contiguous()
-
-    @classmethod
-    def of(cls, graph) -> "EdgeGatedCSR":
-        return cpu.cached_on_graph(graph, "_gpse_edge_gated_csr", cls)
-
-
 def edge_gated_sum(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: torch.Tensor, edge_gate: torch.Tensor,
                    eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, logits)`` as float32 ``(num_dst_nodes, d)`` and ``(E, d)``, with autograd (:func:`supports` must
     hold)."""
-    csr = EdgeGatedCSR.of(graph)
+    csr = cpu.EdgeCSR.of(graph)
     out, logits = cpu.kernel().edge_gated_sum(val, dst_gate, src_gate, edge_gate, float(eps), csr.dst_indptr,
                                               csr.dst_src, csr.dst_eid, csr.src_indptr, csr.src_eid, csr.src_dst)
     return out, logits

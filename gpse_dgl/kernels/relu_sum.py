@@ -28,7 +28,7 @@ import torch
 
 from . import cpu
 
-__all__ = ["ReluSumCSR", "relu_sum", "supports"]
+__all__ = ["relu_sum", "supports"]
 
 
 def supports(graph, x: torch.Tensor, edge_feat: torch.Tensor) -> bool:
@@ -37,27 +37,11 @@ def supports(graph, x: torch.Tensor, edge_feat: torch.Tensor) -> bool:
     return cpu.supports(x, edge_feat) and x.shape[1] == edge_feat.shape[1]
 
 
-class ReluSumCSR:
-    """A graph's edges as the kernel reads them: by destination (sources and edge ids) and by source (edge
-    ids), int64 on the CPU, stable (edge-id order within a node); built once per graph object (:meth:`of`)."""
-
-    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-        edge_ids = torch.arange(len(src), dtype=torch.int64)
-        self.dst_indptr, self.dst_eid = cpu.csr(dst, edge_ids, num_dst)
-        self.dst_src = src[self.dst_eid].contiguous()
-        self.src_indptr, self.src_eid = cpu.csr(src, edge_ids, num_src)
-        self.num_src, self.num_dst = num_src, num_dst
-
-    @classmethod
-    def of(cls, graph) -> "ReluSumCSR":
-        return cpu.cached_on_graph(graph, "_gpse_relu_sum_csr", cls)
-
-
 def relu_sum(graph, x: torch.Tensor, edge_feat: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
     """``out[v] = self_weight * x[v] + sum_{e = (u, v)} relu(x[u] + edge_feat[e])`` as float32
     ``(num_dst_nodes, d)``, with autograd (:func:`supports` must hold)."""
     x = x if x.stride(-1) == 1 else x.contiguous()
     edge_feat = edge_feat if edge_feat.stride(-1) == 1 else edge_feat.contiguous()
-    csr = ReluSumCSR.of(graph)
+    csr = cpu.EdgeCSR.of(graph)
     return cpu.kernel().relu_sum(x, edge_feat, float(self_weight), csr.dst_indptr, csr.dst_src, csr.dst_eid,
                                  csr.src_indptr, csr.src_eid)

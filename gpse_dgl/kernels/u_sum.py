@@ -23,7 +23,7 @@ import torch
 
 from . import cpu
 
-__all__ = ["USumCSR", "supports", "u_sum"]
+__all__ = ["supports", "u_sum"]
 
 
 def supports(graph, x: torch.Tensor) -> bool:
@@ -32,22 +32,8 @@ def supports(graph, x: torch.Tensor) -> bool:
     return cpu.supports(x) and x.stride(-1) == 1
 
 
-class USumCSR:
-    """A graph's edges as the kernel reads them: the in-edges' sources by destination and the out-edges'
-    destinations by source, int64 on the CPU, stable (edge-id order within a node); built once per graph object
-    (:meth:`of`)."""
-
-    def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-        self.dst_indptr, self.dst_src = cpu.csr(dst, src, num_dst)
-        self.src_indptr, self.src_dst = cpu.csr(src, dst, num_src)
-
-    @classmethod
-    def of(cls, graph) -> "USumCSR":
-        return cpu.cached_on_graph(graph, "_gpse_u_sum_csr", cls)
-
-
 def u_sum(graph, x: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
     """``self_weight * x[v] + sum_{u -> v} x[u]`` as float32 ``(num_dst_nodes, d)``, with autograd
     (:func:`supports` must hold)."""
-    csr = USumCSR.of(graph)
+    csr = cpu.EdgeCSR.of(graph)
     return cpu.kernel().u_sum(x, float(self_weight), csr.dst_indptr, csr.dst_src, csr.src_indptr, csr.src_dst)

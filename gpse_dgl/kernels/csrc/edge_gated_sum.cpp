@@ -218,8 +218,8 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
 };
 
 // (out (n_dst, d), logits (E, d)), both float32, with autograd; val and src_gate: (n_src, d), dst_gate: (n_dst, d),
-// edge_gate: (E, d), one dtype (float32 or bfloat16), rows contiguous; the CSRs as EdgeGatedCSR in
-// edge_gated_sum.py holds them.
+// edge_gate: (E, d), one dtype (float32 or bfloat16), rows contiguous; the CSRs as cpu.EdgeCSR
+// holds them.
 std::vector<at::Tensor> edge_gated_sum(at::Tensor val, at::Tensor dst_gate, at::Tensor src_gate, at::Tensor edge_gate,
                                        double eps, at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor dst_eid,
                                        at::Tensor src_indptr, at::Tensor src_eid, at::Tensor src_dst) {

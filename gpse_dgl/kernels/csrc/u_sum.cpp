@@ -73,7 +73,7 @@ struct USum : public torch::autograd::Function<USum> {
 };
 
 // out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum over each destination's in-edges of x[u], with
-// autograd (x: (n_src, d), float32 or bfloat16, rows contiguous; the CSRs as USumCSR in u_sum.py holds them).
+// autograd (x: (n_src, d), float32 or bfloat16, rows contiguous; the CSRs as cpu.EdgeCSR holds them).
 at::Tensor u_sum(at::Tensor x, double self_weight, at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor src_indptr,
                  at::Tensor src_dst) {
   return USum::apply(x, self_weight, dst_indptr, dst_src, src_indptr, src_dst);
