@@ -1,3 +1,5 @@
+# size: every message-passing primitive behind one name (ops.<op>), each op's torch, DGL and kernel paths side by
+# side under one backend rule; a third of it is the encoder's chunked gated sum and its no-grad paths.
 """Message-passing primitives, on DGL's kernels or on gpse-dgl's own.
 
 ``backend="dgl"``   the ``dgl`` path: DGL's fused sparse kernels (``dgl.ops``). The registry's DGL wheels are
