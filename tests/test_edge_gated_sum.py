@@ -15,7 +15,7 @@ from gpse_dgl.kernels import edge_gated_sum as kernel
 from gpse_dgl.nn import ops
 
 from _molecule_batches import losses_against_old_forward
-from test_relu_sum import _graphs
+from test_relu_sum import _graphs, assert_same_on_any_thread_count
 
 needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
 EPS = 1e-6
@@ -115,17 +115,12 @@ def test_the_kernel_agrees_with_the_unfused_paths(monkeypatch, backend):
 def test_the_result_does_not_depend_on_the_number_of_threads():
     graph = dgl.graph((torch.randint(0, 500, (6000,)), torch.randint(0, 500, (6000,))), num_nodes=500)
     operands = _operands(graph, 64, torch.float32, torch.Generator().manual_seed(4))
-    threads = torch.get_num_threads()
-    results = []
-    try:
-        for n in (1, 2, 3):
-            torch.set_num_threads(n)
-            out, logits = ops.edge_gated_sum(graph, *operands, EPS)
-            results.append((out, logits, *torch.autograd.grad((out * out).sum() + logits.sum(), operands)))
-    finally:
-        torch.set_num_threads(threads)
-    for other in results[1:]:
-        assert all(torch.equal(a, b) for a, b in zip(results[0], other))
+
+    def compute():
+        out, logits = ops.edge_gated_sum(graph, *operands, EPS)
+        return (out, logits, *torch.autograd.grad((out * out).sum() + logits.sum(), operands))
+
+    assert_same_on_any_thread_count(compute)
 
 
 @needs_kernel
