@@ -233,7 +233,6 @@ class EdgeCSR:
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
         (self.dst_indptr, self.dst_src, self.dst_eid, self.src_indptr, self.src_dst,
          self.src_eid) = kernel().edge_csr(src, dst, num_src, num_dst)
-        self.num_src, self.num_dst = num_src, num_dst
 
     @classmethod
     def of(cls, graph) -> "EdgeCSR":
