@@ -27,9 +27,9 @@ through :class:`gpse_dgl.train.mixed_precision.MixedPrecision` as ``gpse-dgl tra
 
 Rounds are interleaved (every row runs once per round, the two sides in alternating order) and the tables
 give medians over rounds and the range of the per-round ratios PyG / ours (above 1: ours is faster). A
-profile (``torch.profiler``, fp32, a few model-only steps) splits each side's step into gathers, edge sums,
-dense products, norms, element-wise passes, the optimiser (every op its step runs) and what falls outside
-torch's ops (the Python of the loop and the layers). The same models' steps are then timed in parts (forward,
+profile (``torch.profiler``, fp32, a few model-only steps) splits each side's step into the batch's CSR (ours),
+edge sums, gathers, dense products, norms, element-wise passes, the optimiser (every op its step runs) and what
+falls outside torch's ops (the Python of the loop and the layers). The same models' steps are then timed in parts (forward,
 backward, AdamW step; no profiler), and a ceiling is printed: PyG's step over the part both sides share, our
 dense products and the AdamW step, the ratio no change to the rest of our step could exceed.
 
@@ -62,10 +62,12 @@ MODELS = {
     "gin": ("zinc-replica-gine.yaml", ["model.name=gin"]),
 }
 #: Profile buckets: the first whose words appear in an op's name takes its self time (edge sums before dense
-#: products: DGL's ``GSpMM`` contains ``mm``).
+#: products: DGL's ``GSpMM`` contains ``mm``). Our C++ kernels' forwards are listed under their autograd names
+#: (``ReluSum``, ``USum``, ``EdgeGatedSum``, ``BatchNormAct``, ``EdgeCSR``: ``GPSE_PROFILED`` in their sources).
 BUCKETS = (
     ("optimiser", ("adam", "foreach", "optimizer")),
-    ("edge sums", ("index_add", "scatter", "gspmm", "gsddmm", "relusum", "segment", "index_put")),
+    ("batch CSR", ("edgecsr",)),
+    ("edge sums", ("index_add", "scatter", "gspmm", "gsddmm", "relusum", "usum", "gatedsum", "segment", "index_put")),
     ("dense products", ("mm", "linear", "matmul", "bmm", "attention", "softmax")),
     ("norms", ("batch_norm", "layer_norm", "batchnormact")),
     ("gathers", ("index_select", "aten::index", "gather", "embedding")),

@@ -288,6 +288,7 @@ at::Tensor batch_norm_act(at::Tensor x, c10::optional<at::Tensor> pre, c10::opti
                           c10::optional<at::Tensor> weight, c10::optional<at::Tensor> bias,
                           c10::optional<at::Tensor> running_mean, c10::optional<at::Tensor> running_var,
                           bool batch_stats, bool relu, double momentum, double eps) {
+  GPSE_PROFILED("BatchNormAct");
   auto get = [&](const c10::optional<at::Tensor>& t) { return t.has_value() ? *t : at::empty({0}, x.options()); };
   return BatchNormAct::apply(x, get(pre), get(post), get(weight), get(bias), get(running_mean), get(running_var),
                              batch_stats, relu, momentum, eps);

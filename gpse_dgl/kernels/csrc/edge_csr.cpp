@@ -26,6 +26,7 @@ std::pair<at::Tensor, at::Tensor> counting_sort(const int64_t* key, int64_t num_
 // [dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid]: the in-edges of each destination (their sources
 // and edge ids) and the out-edges of each source (their destinations and edge ids); src and dst int64 on the CPU.
 std::vector<at::Tensor> edge_csr(at::Tensor src, at::Tensor dst, int64_t num_src, int64_t num_dst) {
+  GPSE_PROFILED("EdgeCSR");
   gpse_native::check(src.scalar_type() == at::kLong && dst.scalar_type() == at::kLong && src.dim() == 1 &&
                          src.sizes() == dst.sizes() && src.device().is_cpu() && dst.device().is_cpu(),
                      "src and dst must be 1-D int64 CPU tensors of one length");

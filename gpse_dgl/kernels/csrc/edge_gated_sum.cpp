@@ -223,6 +223,7 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
 std::vector<at::Tensor> edge_gated_sum(at::Tensor val, at::Tensor dst_gate, at::Tensor src_gate, at::Tensor edge_gate,
                                        double eps, at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor dst_eid,
                                        at::Tensor src_indptr, at::Tensor src_eid, at::Tensor src_dst) {
+  GPSE_PROFILED("EdgeGatedSum");
   return EdgeGatedSum::apply(val, dst_gate, src_gate, edge_gate, eps, dst_indptr, dst_src, dst_eid, src_indptr,
                              src_eid, src_dst);
 }

@@ -134,6 +134,7 @@ struct ReluSum : public torch::autograd::Function<ReluSum> {
 // float32 or bfloat16 of one dtype, rows contiguous; the CSRs as cpu.EdgeCSR holds them).
 at::Tensor relu_sum(at::Tensor x, at::Tensor ef, double self_weight, at::Tensor dst_indptr, at::Tensor dst_src,
                     at::Tensor dst_eid, at::Tensor src_indptr, at::Tensor src_eid) {
+  GPSE_PROFILED("ReluSum");
   return ReluSum::apply(x, ef, self_weight, dst_indptr, dst_src, dst_eid, src_indptr, src_eid);
 }
 

@@ -76,6 +76,7 @@ struct USum : public torch::autograd::Function<USum> {
 // autograd (x: (n_src, d), float32 or bfloat16, rows contiguous; the CSRs as cpu.EdgeCSR holds them).
 at::Tensor u_sum(at::Tensor x, double self_weight, at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor src_indptr,
                  at::Tensor src_dst) {
+  GPSE_PROFILED("USum");
   return USum::apply(x, self_weight, dst_indptr, dst_src, src_indptr, src_dst);
 }
 
