@@ -40,6 +40,8 @@ class Trainer:
                  device, run_dir: Path, precision: Precision):
         self.recipe, self.prepared, self.plan, self.model = recipe, prepared, plan, model
         self.config, self.optimizer, self.scheduler = config, optimizer, scheduler
+        # listed once: clip_grad_norm_ would otherwise walk every submodule for them at each step
+        self.parameters = list(model.parameters())
         self.device, self.run_dir = device, run_dir
         self.general = recipe["general_pipeline"]
         self.spec = prepared.spec
@@ -154,7 +156,7 @@ class Trainer:
         loss = compute_loss(self.spec.loss, pred, self._standardize(target).to(pred.device))
         self.optimizer.zero_grad(set_to_none=True)
         self.mixed.backward_and_step(data_parallel.ddp_loss(loss, self.dist), self.optimizer,
-                                     self.model.parameters(), self.general["clip_grad_norm"])
+                                     self.parameters, self.general["clip_grad_norm"])
         return loss.detach()
 
     def _train_graph_batches(self, generator: torch.Generator):
