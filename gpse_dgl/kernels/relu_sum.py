@@ -3,10 +3,10 @@
 With torch ops every edge's message ``relu(x[u] + ef[e])`` is a row of an ``(E, d)`` tensor: the gather
 writes it, the add and the ReLU read and write it, the sum reads it, and autograd keeps it (and the gather's
 copy) for the backward pass. ``csrc/relu_sum.cpp`` reads ``x[u]`` and ``ef[e]`` once per edge and sums in
-registers, by destination; backward it writes the edge features' gradient
-``grad_ef[e] = grad_out[v] * (x[u] + ef[e] > 0)`` by destination, then sums it by source into ``grad_x``
-(two passes, no atomics), adding ``w grad_out[u]`` for GINE's self term ``w = 1 + eps``. Nothing per edge is kept
-between the passes but the inputs themselves. The autograd function is C++'s own (``csrc/relu_sum.cpp``): on a
+registers, by destination; backward, in one pass by source, it writes the edge features' gradient
+``grad_ef[e] = grad_out[v] * (x[u] + ef[e] > 0)`` and adds each row to ``grad_x[u]`` as it goes (no atomics: a
+source's edges are one thread's), with ``w grad_out[u]`` for GINE's self term ``w = 1 + eps``. Nothing per edge is
+kept from forward to backward but the inputs themselves. The autograd function is C++'s own (``csrc/relu_sum.cpp``): on a
 batch of small molecules the Python of a ``torch.autograd.Function`` cost more than its kernels. Rows are
 float32 or bfloat16, sums float32 (the precision contract of :mod:`gpse_dgl.nn.ops`), the result float32;
 each node's edges are summed in edge-id order on one thread, so the result does not depend on the number of
@@ -44,4 +44,4 @@ def relu_sum(graph, x: torch.Tensor, edge_feat: torch.Tensor, self_weight: float
     edge_feat = edge_feat if edge_feat.stride(-1) == 1 else edge_feat.contiguous()
     csr = cpu.EdgeCSR.of(graph)
     return cpu.kernel().relu_sum(x, edge_feat, float(self_weight), csr.dst_indptr, csr.dst_src, csr.dst_eid,
-                                 csr.src_indptr, csr.src_eid)
+                                 csr.src_indptr, csr.src_dst, csr.src_eid)
