@@ -3,7 +3,8 @@
 * :func:`bars_with_errors` - grouped bars with error bars (scores per encoding, mean ± std);
 * :func:`speed_bars` - throughput bars (ours fp32 / bf16 vs PyG) with the dense-matmul peak as a line;
 * :func:`loglog_with_slopes` - time against size on log-log axes, with the fitted power-law exponent
-  of every curve in its legend entry (time ~ size^slope).
+  of every curve in its legend entry (time ~ size^slope);
+* :func:`curves_by_epoch` - training curves, one colour per run and one line style per split.
 
 matplotlib is imported inside each function (it is a dependency of gpse-dgl; the import stays out of
 the scripts' start-up). Every function writes the PNG atomically, prints ``figure: <path>`` and
@@ -168,6 +169,26 @@ def loglog_with_slopes(series: dict, path, title: str, xlabel: str, ylabel: str,
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(which="both", alpha=0.25)
+    ax.legend(fontsize=8)
+    return save(fig, path)
+
+
+def curves_by_epoch(runs: dict, path, title: str, ylabel: str, log_y: bool = False) -> Path:
+    """``runs[label] = {split: [(epoch, value), ...]}``: one colour per run, one line style per split (the
+    first split solid, the next dashed, then dotted)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(WIDTH, 4.0))
+    styles = ("-", "--", ":")
+    for i, (label, splits) in enumerate(runs.items()):
+        for style, (split, points) in zip(styles, splits.items()):
+            epochs, values = zip(*points)
+            ax.plot(epochs, values, style, marker="o", markersize=3, color=f"C{i}", label=f"{label}, {split}")
+    if log_y:
+        ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.25)
     ax.legend(fontsize=8)
     return save(fig, path)
 

@@ -9,6 +9,9 @@ variance over the training split, and the gradient norm of the PE encoder and of
 and max over the epoch's steps). Per column of the encoding it reports the mean, std, largest value and the
 share of training batches in which the column is constant (variance below 1e-12).
 
+With ``--figure`` it draws both arms' training and validation MAE by epoch (``benchmarks/figures/pe_stability.png``
+by default).
+
 Example::
 
     python benchmarks/pe_stability.py --epochs 15 --threads 1
@@ -30,6 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from _common import command_line, machine_line, markdown_table, set_threads_env, today  # noqa: E402
+from _figures import figure_arg, figure_path  # noqa: E402
 
 
 def column_report(table, train_index, batch_size: int, seed: int = 0) -> list:
@@ -122,6 +126,8 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--arms", default="false,true", help="model.pe.standardize values to run, in order")
     parser.add_argument("--json", default=None, help="write the records here")
+    parser.add_argument("--figure", type=figure_arg, default=figure_path("pe_stability.png"),
+                        help="the arms' MAE by epoch (default: %(default)s; '' for none)")
     args = parser.parse_args(argv)
     set_threads_env(args.threads)
     import torch
@@ -144,6 +150,19 @@ def main(argv=None) -> None:
                           "BN running var / column var (min, epoch 1)"], rows))
     if args.json:
         Path(args.json).write_text(json.dumps({"overrides": overrides, "arms": arms}, indent=1))
+    if args.figure:
+        plot(arms, args.figure, overrides)
+
+
+def plot(arms: list, path: Path, overrides: list) -> Path:
+    """Training and validation MAE by epoch of each arm (log scale: a raw arm's evaluation error can grow tenfold)."""
+    from _figures import curves_by_epoch
+
+    names = {False: "raw columns + BatchNorm (before)", True: "standardised columns (after)"}
+    runs = {names[arm["standardize"]]: {split: [(e["epoch"], e[split]) for e in arm["epochs"] if split in e]
+                                        for split in ("val", "train")} for arm in arms}
+    subject = " + ".join(o.split("=", 1)[1] for o in overrides if o.startswith(("model.name=", "model.pe.source=")))
+    return curves_by_epoch(runs, path, f"{subject}: training and validation MAE by epoch", "MAE (log scale)", log_y=True)
 
 
 if __name__ == "__main__":

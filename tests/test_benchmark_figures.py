@@ -59,6 +59,20 @@ def test_bars_with_errors_and_loglog_write_pngs(tmp_path):
     assert_png(loglog)
 
 
+def test_curves_by_epoch_draw_one_colour_per_run_and_one_style_per_split(tmp_path, monkeypatch):
+    drawn = []
+    monkeypatch.setattr(_figures, "save", lambda fig, path: drawn.append(fig) or _save(fig, path))
+    runs = {"before": {"val": [(1, 1.2), (2, 0.9), (3, 2.5)], "train": [(1, 1.2), (2, 0.6), (3, 0.5)]},
+            "after": {"val": [(1, 1.2), (2, 0.4), (3, 0.3)], "train": [(1, 1.2), (2, 0.5), (3, 0.4)]}}
+    path = _figures.curves_by_epoch(runs, tmp_path / "curves.png", "title", "MAE", log_y=True)
+    assert_png(path)
+    lines = drawn[0].axes[0].get_lines()
+    assert [line.get_label() for line in lines] == ["before, val", "before, train", "after, val", "after, train"]
+    assert [line.get_linestyle() for line in lines] == ["-", "--", "-", "--"]
+    assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()
+    assert list(lines[2].get_ydata()) == [1.2, 0.4, 0.3] and drawn[0].axes[0].get_yscale() == "log"
+
+
 def test_er_scaling_runs_on_tiny_sizes(tmp_path, capsys):
     sys.path.insert(0, str(BENCHMARKS))
     import er_scaling
