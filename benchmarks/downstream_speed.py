@@ -29,8 +29,8 @@ Rounds are interleaved (every row runs once per round, the two sides in alternat
 give medians over rounds and the range of the per-round ratios PyG / ours (above 1: ours is faster). A
 profile (``torch.profiler``, fp32, a few model-only steps) splits each side's step into the batch's CSR (ours),
 edge sums, gathers, dense products, norms, element-wise passes, the optimiser (every op its step runs) and what
-falls outside torch's ops (the Python of the loop and the layers). The same models' steps are then timed in parts (forward,
-backward, AdamW step; no profiler), and a ceiling is printed: PyG's step over the part both sides share, our
+falls outside torch's ops (the Python of the loop and the layers). The same models' steps are then timed in
+parts (forward, backward, AdamW step; no profiler), and a ceiling is printed: PyG's step over the part both sides share, our
 dense products and the AdamW step, the ratio no change to the rest of our step could exceed.
 
 Usage::

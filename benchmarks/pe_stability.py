@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from _common import command_line, machine_line, markdown_table, set_threads_env, today  # noqa: E402
-from _figures import figure_arg, figure_path  # noqa: E402
+from _figures import curves_by_epoch, figure_arg, figure_path  # noqa: E402
 
 
 def column_report(table, train_index, batch_size: int, seed: int = 0) -> list:
@@ -156,13 +156,12 @@ def main(argv=None) -> None:
 
 def plot(arms: list, path: Path, overrides: list) -> Path:
     """Training and validation MAE by epoch of each arm (log scale: a raw arm's evaluation error can grow tenfold)."""
-    from _figures import curves_by_epoch
-
     names = {False: "raw columns + BatchNorm (before)", True: "standardised columns (after)"}
     runs = {names[arm["standardize"]]: {split: [(e["epoch"], e[split]) for e in arm["epochs"] if split in e]
                                         for split in ("val", "train")} for arm in arms}
     subject = " + ".join(o.split("=", 1)[1] for o in overrides if o.startswith(("model.name=", "model.pe.source=")))
-    return curves_by_epoch(runs, path, f"{subject}: training and validation MAE by epoch", "MAE (log scale)", log_y=True)
+    title = f"{subject}: training and validation MAE by epoch"
+    return curves_by_epoch(runs, path, title, "MAE (log scale)", log_y=True)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,8 @@ struct Graph {
 at::Tensor run_forward(const Graph& g, const at::Tensor& x, const at::Tensor& ef, double self_weight) {
   const int64_t n = g.dst_indptr.numel() - 1, d = x.size(1);
   check_inputs(g.dst_indptr, g.dst_src, g.dst_eid, x, ef, n);
+  gated::check_csr(g.src_indptr, g.src_dst, x.size(0));  // the backward's CSR, checked where the call is made
+  gated::check_csr(g.src_indptr, g.src_eid, x.size(0));
   gpse_native::check(self_weight == 0.0 || n <= x.size(0), "the self term needs a row of x per destination");
   at::Tensor out = at::empty({n, d}, x.options().dtype(at::kFloat));
   gated::dispatch(x, [&](auto tag) {
@@ -109,8 +111,6 @@ at::Tensor run_forward(const Graph& g, const at::Tensor& x, const at::Tensor& ef
 std::pair<at::Tensor, at::Tensor> run_backward(const Graph& g, const at::Tensor& x, const at::Tensor& ef,
                                                double self_weight, at::Tensor grad_out, bool want_x) {
   const int64_t n_dst = g.dst_indptr.numel() - 1, n_src = x.size(0), d = x.size(1);
-  gated::check_csr(g.src_indptr, g.src_dst, n_src);
-  gated::check_csr(g.src_indptr, g.src_eid, n_src);
   grad_out = grad_out.to(at::kFloat).contiguous();
   at::Tensor grad_ef = at::empty(ef.sizes(), ef.options().dtype(at::kFloat));
   at::Tensor grad_x = want_x ? at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous))
