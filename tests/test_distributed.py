@@ -238,6 +238,35 @@ def test_each_process_defaults_to_its_share_of_the_cores(monkeypatch):
     assert torch.get_num_threads() == before
 
 
+def test_leaving_the_group_frees_the_ddp_models_it_served():
+    """A DDP model kept by a reference cycle, left to interpreter shutdown, frees its gloo group there, which
+    aborts the process (see :func:`leave_group`). Leaving the group must free it while Python is alive."""
+    import gc
+    import weakref
+
+    import torch.distributed as dist
+
+    assert not dist.is_initialized()
+    collecting = gc.isenabled()
+    gc.disable()  # only leave_group may collect the cycle
+    try:
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        model(torch.randn(3, 4)).sum().backward()
+        alive = weakref.ref(model)
+        holder = {"model": model}
+        holder["itself"] = holder  # a cycle, as DDP's own hooks and a training loop's references make
+        del model, holder
+        assert alive() is not None
+        dist_utils.leave_group()
+        assert alive() is None and not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        if collecting:
+            gc.enable()
+
+
 def test_shares_cover_every_global_batch_in_order():
     from gpse_dgl.train.distributed import BatchShare, num_global_batches
 

@@ -43,6 +43,7 @@ from .. import _env  # noqa: F401
 import dgl
 
 from .. import _private
+from ..utils.distributed import leave_group
 from ..utils.errors import GPSEError
 from .partition import read_partition_info
 
@@ -163,5 +164,5 @@ def join_trainer() -> Trainer:
 def leave_trainer() -> None:
     """Leave the torch group (DGL's client leaves at interpreter exit, shutting the servers down)."""
     if dist.is_initialized():
-        dist.destroy_process_group()
+        leave_group()
     sys.stdout.flush()
