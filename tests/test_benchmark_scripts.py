@@ -124,6 +124,18 @@ def test_downstream_speed_times_both_sides_with_equal_parameters(capsys):
     assert bound["bf16_dense_ms"] > 0 and "were only the dense products to change" in out
 
 
+def test_aggregation_speed_times_each_op_on_both_paths(capsys):
+    from gpse_dgl.kernels import cpu
+
+    if cpu.kernel() is None:
+        pytest.skip(cpu.describe())
+    result = _script("aggregation_speed").main(["--quick"])
+    records = result["records"]
+    assert [r["op"] for r in records] == ["copy_u_sum", "copy_u_mean", "relu_sum", "edge_gated_sum"]
+    assert all(r["torch"] > 0 and r["dgl"] > 0 and r["edges"] > 0 for r in records)
+    assert "DGL / fused" in capsys.readouterr().out
+
+
 def test_downstream_speed_bounds_bf16_on_the_unprofiled_step():
     # fp32 step 10 ms (1 s over 100 batches); its products 4 ms of a 16 ms profiled step; bf16 products 1 ms
     bounds = _script("downstream_speed").bf16_bounds(

@@ -77,6 +77,29 @@ def test_the_kernel_agrees_with_the_unfused_paths(monkeypatch, backend):
 
 
 @needs_kernel
+@pytest.mark.parametrize("kernel_runs", [True, False])
+@pytest.mark.parametrize("op", ["copy_u_sum", "copy_u_mean"])
+def test_auto_takes_the_kernel_at_every_size_and_the_size_rule_without_it(monkeypatch, op, kernel_runs):
+    """``"auto"`` sends the sum (and the mean) to the kernel above ``SMALL_GRAPH_EDGES`` too; where no kernel runs,
+    DGL sums a large graph (torch's gathers lose to it there)."""
+    monkeypatch.delenv("GPSE_DGL_BACKEND", raising=False)
+    edges = kernels.SMALL_GRAPH_EDGES + 1
+    graph = dgl.graph((torch.randint(0, 600, (edges,)), torch.randint(0, 600, (edges,))), num_nodes=600)
+    x = torch.randn(600, 8, requires_grad=True)
+    ran, dgl_sums = [], []
+    real_run, real_dgl_op = kernels.run, getattr(dgl.ops, op)
+    monkeypatch.setattr(kernels, "run", lambda *args, **kwargs: (ran.append(1) or real_run(*args, **kwargs))
+                        if kernel_runs else None)
+    monkeypatch.setattr(dgl.ops, op, lambda *args: dgl_sums.append(1) or real_dgl_op(*args))
+    out = getattr(ops, op)(graph, x)
+    assert (bool(ran), bool(dgl_sums)) == (kernel_runs, not kernel_runs)
+    reference = _reference(graph, x.detach())
+    if op == "copy_u_mean":
+        reference = reference / graph.in_degrees().clamp(min=1).double().unsqueeze(1)
+    torch.testing.assert_close(out, reference.float(), rtol=1e-5, atol=1e-4)
+
+
+@needs_kernel
 def test_the_result_does_not_depend_on_the_number_of_threads():
     graph = dgl.graph((torch.randint(0, 500, (6000,)), torch.randint(0, 500, (6000,))), num_nodes=500)
     x = torch.randn(500, 64, requires_grad=True)

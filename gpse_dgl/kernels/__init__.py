@@ -139,10 +139,14 @@ def dgl_supports(device_type: str) -> bool:
 #: Ops whose ``"auto"`` backend is ``"torch"`` everywhere: their own kernels, and even their plain torch ops on
 #: the CPU, beat DGL's (``benchmarks/RESULTS.md``).
 TORCH_FIRST = ("gated_sum", "relu_sum", "edge_gated_sum")
-#: On the CPU, ``"auto"`` runs the other message-passing ops, and ``copy_u_sum``'s fused kernel, on graphs of at most
-#: this many edges (a training batch of a few dozen molecules) and DGL's kernels above: set when that path was
-#: plain torch gathers and ``index_add_``, which saved about a tenth of a GatedGCN training step against DGL's
-#: kernels at 32 molecules a batch and lost to them from about 4,800 edges (96 molecules).
+#: Ops whose ``"auto"`` backend tries their kernel first at every size, and otherwise takes the rule of the other
+#: ops: the fused neighbour sum (``copy_u_sum``, and ``copy_u_mean`` through it) beats DGL's kernels from a training
+#: batch to a large graph, its plain torch ops only on small graphs (``benchmarks/aggregation_speed.py``, RESULTS 21).
+KERNEL_FIRST = ("copy_u_sum", "copy_u_mean")
+#: On the CPU, ``"auto"`` runs the other message-passing ops on graphs of at most this many edges (a training batch
+#: of a few dozen molecules) and DGL's kernels above: plain torch gathers and ``index_add_`` saved about a tenth of
+#: a GatedGCN training step against DGL's kernels at 32 molecules a batch and lost to them from about 4,800 edges
+#: (96 molecules).
 SMALL_GRAPH_EDGES = 4096
 
 
@@ -150,14 +154,17 @@ def resolve_backend(backend: str | None, device: torch.device, op: str | None = 
                     num_edges: int | None = None) -> str:
     """``backend`` (None: ``GPSE_DGL_BACKEND``, default ``"auto"``) as ``"dgl"`` or ``"torch"`` for tensors on
     ``device``. ``"auto"`` is ``"dgl"`` where DGL runs on the device, except for the ops of :data:`TORCH_FIRST`
-    and, on the CPU, a graph of at most :data:`SMALL_GRAPH_EDGES` edges (``num_edges``, when the caller gives it)."""
+    and :data:`KERNEL_FIRST` (whose callers fall back to this rule, without ``op``, where no kernel takes the
+    operands) and, on the CPU, a graph of at most :data:`SMALL_GRAPH_EDGES` edges (``num_edges``, when the caller
+    gives it)."""
     backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
     if backend not in BACKENDS:
         raise ValueError(f"unknown message-passing backend {backend!r}; choose one of {BACKENDS}")
     if backend == "auto":
         device_type = torch.device(device).type
         small = device_type == "cpu" and num_edges is not None and num_edges <= SMALL_GRAPH_EDGES
-        return "dgl" if op not in TORCH_FIRST and not small and dgl_supports(device_type) else "torch"
+        first = op in TORCH_FIRST or op in KERNEL_FIRST
+        return "dgl" if not first and not small and dgl_supports(device_type) else "torch"
     return backend
 
 
@@ -172,8 +179,7 @@ def packs_sources(device: torch.device, dtype: torch.dtype) -> bool:
 def paths(device) -> dict[str, str]:
     """The path each op takes on ``device`` for float32 rows: ``message_passing`` (the other ops of
     :mod:`gpse_dgl.nn.ops`), then each op of :data:`KERNELS` (training and inference alike where a kernel
-    takes both; the ``triton`` ones are inference only). ``copy_u_sum`` is named by its path on a graph of at most
-    :data:`SMALL_GRAPH_EDGES` edges (a training batch); on larger ones it takes ``message_passing``'s."""
+    takes both; the ``triton`` ones are inference only)."""
     device = torch.device(device)
     chosen = {"message_passing": resolve_backend(None, device)}
     for kernel in KERNELS:

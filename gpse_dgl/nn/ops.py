@@ -12,9 +12,9 @@
 
 ``"auto"`` (the default) is ``"dgl"`` where DGL can run on the tensors' device and ``"torch"`` otherwise,
 except for :func:`gated_sum`, :func:`relu_sum` and :func:`edge_gated_sum`, where ``"torch"`` is faster and
-leaner, and on the CPU for
-graphs of at most ``kernels.SMALL_GRAPH_EDGES`` edges (a training batch of a few dozen molecules), where torch's
-gathers beat DGL's kernels (:func:`gpse_dgl.kernels.resolve_backend`).
+leaner, for :func:`copy_u_sum` and :func:`copy_u_mean` where the sum's kernel takes the operands, and on the CPU for graphs of at most
+``kernels.SMALL_GRAPH_EDGES`` edges (a training batch of a few dozen molecules), where torch's gathers beat
+DGL's kernels (:func:`gpse_dgl.kernels.resolve_backend`).
 Override per call (``backend=``), per module (constructor argument) or process-wide with the
 ``GPSE_DGL_BACKEND`` environment variable; ``gpse-dgl info`` and ``metrics.json`` name the path each op takes.
 The paths are tested against each other (values and gradients) in ``tests/test_ops.py``.
@@ -136,15 +136,16 @@ def copy_u_sum(graph, src_feat, backend=None, self_weight: float = 0.0):
     """``out[v] = self_weight * src_feat[v] + sum_{u -> v} src_feat[u]`` (``v`` over the destination nodes; the
     self term is GIN's ``(1 + eps) h_v``).
 
-    On the ``"torch"`` path, on the CPU with float32 or bfloat16 rows, the fused C++ kernel of
-    :mod:`gpse_dgl.kernels.u_sum` runs (no ``(E, d)`` message, forward or backward) when it could be built;
-    otherwise, and on ``"dgl"``, the gathered rows are summed and the self term added after.
+    On the ``"torch"`` path, and on ``"auto"`` at every size, on the CPU with float32 or bfloat16 rows, the fused
+    C++ kernel of :mod:`gpse_dgl.kernels.u_sum` runs (no ``(E, d)`` message, forward or backward) when it could be
+    built; otherwise ``"auto"`` picks as for the other ops, and the gathered rows are summed (torch) or DGL sums
+    them, the self term added after.
     """
-    backend = resolve_backend(backend, src_feat.device, num_edges=graph.num_edges())
-    if backend == "torch":
+    if resolve_backend(backend, src_feat.device, "copy_u_sum") == "torch":
         summed = kernels.run("copy_u_sum", graph, src_feat, autograd=True, self_weight=self_weight)
         if summed is not None:
             return summed
+    backend = resolve_backend(backend, src_feat.device, num_edges=graph.num_edges())
     if backend == "dgl":
         summed = _dgl_kernel(dgl.ops.copy_u_sum, graph, src_feat)
     else:
@@ -156,10 +157,15 @@ def copy_u_sum(graph, src_feat, backend=None, self_weight: float = 0.0):
 
 
 def copy_u_mean(graph, src_feat, backend=None):
-    """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges)."""
-    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
-        return _dgl_kernel(dgl.ops.copy_u_mean, graph, src_feat)
-    total = copy_u_sum(graph, src_feat, backend="torch")
+    """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges): :func:`copy_u_sum`'s kernel, or its
+    other paths, over the in-degree (``"auto"`` picks as for :func:`copy_u_sum`)."""
+    total = None
+    if resolve_backend(backend, src_feat.device, "copy_u_mean") == "torch":
+        total = kernels.run("copy_u_sum", graph, src_feat, autograd=True)
+    if total is None:
+        if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
+            return _dgl_kernel(dgl.ops.copy_u_mean, graph, src_feat)
+        total = copy_u_sum(graph, src_feat, backend="torch")
     deg = in_degrees(graph, src_feat.device).clamp(min=1).to(total.dtype)
     return total / deg.view(-1, *([1] * (total.dim() - 1)))
 
