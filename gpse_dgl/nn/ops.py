@@ -12,7 +12,7 @@
 
 ``"auto"`` (the default) is ``"dgl"`` where DGL can run on the tensors' device and ``"torch"`` otherwise,
 except for :func:`gated_sum`, :func:`relu_sum` and :func:`edge_gated_sum`, where ``"torch"`` is faster and
-leaner, for :func:`copy_u_sum` and :func:`copy_u_mean` where the sum's kernel takes the operands, and on the CPU for graphs of at most
+leaner, for :func:`copy_u_sum` where its kernel takes the operands, and on the CPU for graphs of at most
 ``kernels.SMALL_GRAPH_EDGES`` edges (a training batch of a few dozen molecules), where torch's gathers beat
 DGL's kernels (:func:`gpse_dgl.kernels.resolve_backend`).
 Override per call (``backend=``), per module (constructor argument) or process-wide with the
@@ -157,15 +157,10 @@ def copy_u_sum(graph, src_feat, backend=None, self_weight: float = 0.0):
 
 
 def copy_u_mean(graph, src_feat, backend=None):
-    """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges): :func:`copy_u_sum`'s kernel, or its
-    other paths, over the in-degree (``"auto"`` picks as for :func:`copy_u_sum`)."""
-    total = None
-    if resolve_backend(backend, src_feat.device, "copy_u_mean") == "torch":
-        total = kernels.run("copy_u_sum", graph, src_feat, autograd=True)
-    if total is None:
-        if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
-            return _dgl_kernel(dgl.ops.copy_u_mean, graph, src_feat)
-        total = copy_u_sum(graph, src_feat, backend="torch")
+    """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges)."""
+    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
+        return _dgl_kernel(dgl.ops.copy_u_mean, graph, src_feat)
+    total = copy_u_sum(graph, src_feat, backend="torch")
     deg = in_degrees(graph, src_feat.device).clamp(min=1).to(total.dtype)
     return total / deg.view(-1, *([1] * (total.dim() - 1)))
 
