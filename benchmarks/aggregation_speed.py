@@ -13,10 +13,10 @@ same graphs, interleaved, ``--rounds`` rounds of ``--repeats`` calls; medians pe
 
 Graphs: batches of RDKit's embedded molecules (``--batches``, molecules per batch: a training batch up to a
 large evaluation batch) and uniform random graphs (``--random``, ``nodes:edges``), whose rows are read in no
-order a cache likes. ``"auto"`` sends ``copy_u_sum``, ``relu_sum`` and ``edge_gated_sum`` to their kernels at every
-size (``kernels.TORCH_FIRST``, ``kernels.KERNEL_FIRST``), ``copy_u_mean`` to the kernel on graphs of at most
-``kernels.SMALL_GRAPH_EDGES`` edges and to DGL above; this script is where that rule is checked. Needs the compiled
-kernels (``gpse-dgl info``).
+order a cache likes. ``"auto"`` sends ``relu_sum`` and ``edge_gated_sum`` to their kernels at every size
+(``kernels.TORCH_FIRST``), ``copy_u_sum`` and ``copy_u_mean`` to theirs on graphs of at most
+``kernels.KERNEL_GRAPH_EDGES`` edges and to DGL above (``kernels.KERNEL_FIRST``); this script is where that rule is
+checked. Needs the compiled kernels (``gpse-dgl info``).
 
 Usage::
 

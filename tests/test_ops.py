@@ -146,6 +146,8 @@ def test_resolve_backend(monkeypatch):
     assert ops.resolve_backend("dgl", torch.device("cpu"), num_edges=10) == "dgl"
     assert ops.resolve_backend(None, torch.device("cpu"), "relu_sum", num_edges=limit + 1) == "torch"
     assert ops.resolve_backend(None, torch.device("cpu"), "copy_u_sum", num_edges=limit + 1) == "torch"
+    beyond = kernels.KERNEL_GRAPH_EDGES + 1
+    assert ops.resolve_backend(None, torch.device("cpu"), "copy_u_mean", num_edges=beyond) == "dgl"
     assert ops.resolve_backend("dgl", torch.device("cpu"), "copy_u_sum") == "dgl"
     monkeypatch.setenv("GPSE_DGL_BACKEND", "torch")
     assert ops.resolve_backend(None, torch.device("cpu")) == "torch"

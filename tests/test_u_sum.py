@@ -1,6 +1,7 @@
-"""GIN's and GCN's fused neighbour sum (``ops.copy_u_sum`` with its self term, ``kernels/csrc/u_sum.cpp``): values and
-gradients against float64 torch code on the graphs that break kernels, against the unfused paths, and GIN and GCN
-training unchanged against the code they replaced."""
+"""GIN's and GCN's fused neighbour sum (``ops.copy_u_sum`` with its self term, ``kernels/csrc/u_sum.cpp``) and
+GraphSAGE's mean (``ops.copy_u_mean``, the same kernel): values and gradients against float64 torch code on the
+graphs that break kernels, against the unfused paths, and GIN, GCN and GraphSAGE training unchanged against the code
+they replaced."""
 from __future__ import annotations
 
 import pytest
@@ -15,7 +16,7 @@ from gpse_dgl.kernels import u_sum as kernel
 from gpse_dgl.nn import ops
 
 from _molecule_batches import losses_against_old_forward
-from test_relu_sum import assert_same_on_any_thread_count, neighbour_sum_cases
+from test_relu_sum import _graphs, assert_same_on_any_thread_count, neighbour_sum_cases
 
 needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
 
@@ -47,6 +48,26 @@ def test_values_and_gradients_match_float64(case, dtype, tol, self_weight):
 
 
 @needs_kernel
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.bfloat16, 1e-2)])
+@pytest.mark.parametrize("case", list(_graphs()), ids=lambda c: c[0])
+def test_the_mean_matches_float64(case, dtype, tol):
+    _, graph = case
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(graph.num_nodes(), 19, generator=gen).to(dtype).requires_grad_()
+    out = ops.copy_u_mean(graph, x, backend="torch")
+    assert out.dtype == torch.float32 and out.shape == x.shape
+    x64 = x.detach().double().requires_grad_()
+    ref = _reference(graph, x64) / graph.in_degrees().clamp(min=1).double().unsqueeze(1)
+    if not ref.numel():
+        return
+    weight = torch.randn(out.shape, generator=gen)
+    (grad,) = torch.autograd.grad((out * weight).sum(), x)
+    (ref_grad,) = torch.autograd.grad((ref * weight.double()).sum(), x64)
+    for got, want in ((out, ref), (grad, ref_grad)):
+        assert (got.double() - want).abs().max() <= tol * (1 + want.abs().max())
+
+
+@needs_kernel
 def test_a_block_sums_into_its_destinations():
     graph = dgl.graph((torch.randint(0, 40, (150,)), torch.randint(0, 40, (150,))), num_nodes=40)
     block = dgl.to_block(dgl.in_subgraph(graph, torch.arange(15)), torch.arange(15))  # sources first 15: dst
@@ -56,18 +77,24 @@ def test_a_block_sums_into_its_destinations():
     ref = 2.0 * x[:15] + torch.zeros(15, 8).index_add(0, dst, x[src])
     torch.testing.assert_close(out, ref)
     torch.testing.assert_close(torch.autograd.grad(out.sum(), x)[0], torch.autograd.grad(ref.sum(), x)[0])
+    mean = ops.copy_u_mean(block, x, backend="torch")
+    ref = torch.zeros(15, 8).index_add(0, dst, x[src]) / block.in_degrees().clamp(min=1).float().unsqueeze(1)
+    torch.testing.assert_close(mean, ref)
+    torch.testing.assert_close(torch.autograd.grad(mean.sum(), x)[0], torch.autograd.grad(ref.sum(), x)[0])
 
 
 @needs_kernel
+@pytest.mark.parametrize("op", ["copy_u_sum", "copy_u_mean"])
 @pytest.mark.parametrize("backend", ["torch", "dgl"])
-def test_the_kernel_agrees_with_the_unfused_paths(monkeypatch, backend):
+def test_the_kernel_agrees_with_the_unfused_paths(monkeypatch, backend, op):
     gen = torch.Generator().manual_seed(6)
     graph = dgl.graph((torch.randint(0, 30, (200,), generator=gen), torch.randint(0, 30, (200,), generator=gen)),
                       num_nodes=30)
     x = torch.randn(30, 8, generator=gen, requires_grad=True)
+    options = {"self_weight": 0.5} if op == "copy_u_sum" else {}
 
     def output_and_grad(backend):
-        out = ops.copy_u_sum(graph, x, backend=backend, self_weight=0.5)
+        out = getattr(ops, op)(graph, x, backend=backend, **options)
         return out, torch.autograd.grad((out * out).sum(), x)[0]
 
     fused = output_and_grad("torch")
@@ -78,21 +105,28 @@ def test_the_kernel_agrees_with_the_unfused_paths(monkeypatch, backend):
 
 @needs_kernel
 @pytest.mark.parametrize("kernel_runs", [True, False])
-def test_auto_takes_the_kernel_at_every_size_and_the_size_rule_without_it(monkeypatch, kernel_runs):
-    """``"auto"`` sends the sum to the kernel above ``SMALL_GRAPH_EDGES`` too; where no kernel runs, DGL sums a
-    large graph (torch's gathers lose to it there)."""
+@pytest.mark.parametrize("op", ["copy_u_sum", "copy_u_mean"])
+@pytest.mark.parametrize("large", [False, True])
+def test_auto_takes_the_kernel_up_to_its_limit_and_the_size_rule_beyond(monkeypatch, op, kernel_runs, large):
+    """``"auto"`` sends the sum and the mean to the kernel above ``SMALL_GRAPH_EDGES`` too, up to
+    ``KERNEL_GRAPH_EDGES``; beyond it, or where no kernel runs, DGL sums a large graph."""
     monkeypatch.delenv("GPSE_DGL_BACKEND", raising=False)
-    edges = kernels.SMALL_GRAPH_EDGES + 1
-    graph = dgl.graph((torch.randint(0, 600, (edges,)), torch.randint(0, 600, (edges,))), num_nodes=600)
-    x = torch.randn(600, 8, requires_grad=True)
-    ran, dgl_sums = [], []
-    real_run, real_dgl_sum = kernels.run, dgl.ops.copy_u_sum
+    edges = (kernels.KERNEL_GRAPH_EDGES if large else kernels.SMALL_GRAPH_EDGES) + 1
+    nodes = edges // 8
+    graph = dgl.graph((torch.randint(0, nodes, (edges,)), torch.randint(0, nodes, (edges,))), num_nodes=nodes)
+    x = torch.randn(nodes, 8, requires_grad=True)
+    ran, by_dgl = [], []
+    real_run, real_dgl_op = kernels.run, getattr(dgl.ops, op)
     monkeypatch.setattr(kernels, "run", lambda *args, **kwargs: (ran.append(1) or real_run(*args, **kwargs))
                         if kernel_runs else None)
-    monkeypatch.setattr(dgl.ops, "copy_u_sum", lambda *args: dgl_sums.append(1) or real_dgl_sum(*args))
-    out = ops.copy_u_sum(graph, x, self_weight=1.0)
-    assert (bool(ran), bool(dgl_sums)) == (kernel_runs, not kernel_runs)
-    torch.testing.assert_close(out, _reference(graph, x.detach(), 1.0).float(), rtol=1e-5, atol=1e-4)
+    monkeypatch.setattr(dgl.ops, op, lambda *args: by_dgl.append(1) or real_dgl_op(*args))
+    out = getattr(ops, op)(graph, x)
+    takes_kernel = kernel_runs and not large
+    assert (bool(ran), bool(by_dgl)) == (takes_kernel, not takes_kernel)
+    reference = _reference(graph, x.detach())
+    if op == "copy_u_mean":
+        reference = reference / graph.in_degrees().clamp(min=1).double().unsqueeze(1)
+    torch.testing.assert_close(out, reference.float(), rtol=1e-5, atol=1e-4)
 
 
 @needs_kernel
@@ -102,7 +136,8 @@ def test_the_result_does_not_depend_on_the_number_of_threads():
 
     def compute():
         out = ops.copy_u_sum(graph, x, backend="torch", self_weight=1.0)
-        return out, torch.autograd.grad((out * out).sum(), x)[0]
+        mean = ops.copy_u_mean(graph, x, backend="torch")
+        return out, mean, torch.autograd.grad((out * out).sum() + (mean * mean).sum(), x)[0]
 
     assert_same_on_any_thread_count(compute)
 
@@ -142,6 +177,18 @@ def test_gcn_training_losses_equal_the_torch_path(monkeypatch):
 
     fused_forward = GCNConv.forward
     new, old = losses_against_old_forward(monkeypatch, "gcn", GCNConv, torch_path)
+    torch.testing.assert_close(torch.tensor(new), torch.tensor(old), rtol=1e-5, atol=0)
+
+
+def test_sage_training_losses_equal_the_torch_path(monkeypatch):
+    from gpse_dgl.nn.models.sage_layer import SAGEConv
+
+    def torch_path(self, graph, feat):  # today's forward with no kernel: gathers, index_add_ and a division
+        monkeypatch.setattr(kernels, "run", lambda *args, **kwargs: None)
+        return fused_forward(self, graph, feat)
+
+    fused_forward = SAGEConv.forward
+    new, old = losses_against_old_forward(monkeypatch, "graphsage", SAGEConv, torch_path)
     torch.testing.assert_close(torch.tensor(new), torch.tensor(old), rtol=1e-5, atol=0)
 
 

@@ -83,6 +83,7 @@ KERNELS = (
     Kernel("relu_sum", "fused-cpu", "cpu", True, relu_sum.supports, relu_sum.relu_sum),
     Kernel("edge_gated_sum", "fused-cpu", "cpu", True, edge_gated_sum.supports, edge_gated_sum.edge_gated_sum),
     Kernel("copy_u_sum", "fused-cpu", "cpu", True, u_sum.supports, u_sum.u_sum),
+    Kernel("copy_u_mean", "fused-cpu", "cpu", True, u_sum.supports, u_sum.u_mean),
     Kernel("batch_norm_act", "fused-cpu", "cpu", True, batch_norm_act.supports, batch_norm_act.batch_norm_act),
     Kernel("dropout_noise", "fused-cpu", "cpu", True, dropout.supports, dropout.noise),
     Kernel("normalized_residual", "fused-cpu", "cpu", True, residual.supports, residual.normalized_residual),
@@ -139,11 +140,12 @@ def dgl_supports(device_type: str) -> bool:
 #: Ops whose ``"auto"`` backend is ``"torch"`` everywhere: their own kernels, and even their plain torch ops on
 #: the CPU, beat DGL's (``benchmarks/RESULTS.md``).
 TORCH_FIRST = ("gated_sum", "relu_sum", "edge_gated_sum")
-#: Ops whose ``"auto"`` backend tries their kernel first at every size, and otherwise takes the rule of the other
-#: ops: the fused neighbour sum beats DGL's kernels from a training batch to a large graph, its plain torch ops only
-#: on small graphs (``benchmarks/aggregation_speed.py``, RESULTS 21). Not ``copy_u_mean``: the kernel's sum with
-#: a division after it loses to DGL's fused mean from about 50,000 edges there.
-KERNEL_FIRST = ("copy_u_sum",)
+#: Ops whose ``"auto"`` backend tries their kernel first on graphs of at most :data:`KERNEL_GRAPH_EDGES` edges, and
+#: otherwise takes the rule of the other ops: the fused neighbour sum and mean beat DGL's kernels on batches of
+#: molecules from 32 to 2,048 (77,326 edges), their plain torch ops only on small graphs; on uniform random graphs
+#: of 200,000 edges and more DGL's sum and mean are level or faster (``benchmarks/aggregation_speed.py``, RESULTS 21).
+KERNEL_FIRST = ("copy_u_sum", "copy_u_mean")
+KERNEL_GRAPH_EDGES = 1 << 17
 #: On the CPU, ``"auto"`` runs the other message-passing ops on graphs of at most this many edges (a training batch
 #: of a few dozen molecules) and DGL's kernels above: plain torch gathers and ``index_add_`` saved about a tenth of
 #: a GatedGCN training step against DGL's kernels at 32 molecules a batch and lost to them from about 4,800 edges
@@ -154,17 +156,18 @@ SMALL_GRAPH_EDGES = 4096
 def resolve_backend(backend: str | None, device: torch.device, op: str | None = None,
                     num_edges: int | None = None) -> str:
     """``backend`` (None: ``GPSE_DGL_BACKEND``, default ``"auto"``) as ``"dgl"`` or ``"torch"`` for tensors on
-    ``device``. ``"auto"`` is ``"dgl"`` where DGL runs on the device, except for the ops of :data:`TORCH_FIRST`
-    and :data:`KERNEL_FIRST` (whose callers fall back to this rule, without ``op``, where no kernel takes the
-    operands) and, on the CPU, a graph of at most :data:`SMALL_GRAPH_EDGES` edges (``num_edges``, when the caller
-    gives it)."""
+    ``device``. ``"auto"`` is ``"dgl"`` where DGL runs on the device, except for the ops of :data:`TORCH_FIRST`,
+    those of :data:`KERNEL_FIRST` on graphs of at most :data:`KERNEL_GRAPH_EDGES` edges (whose callers fall back to
+    this rule, without ``op``, where no kernel takes the operands) and, on the CPU, a graph of at most
+    :data:`SMALL_GRAPH_EDGES` edges (``num_edges``, when the caller gives it)."""
     backend = backend or os.environ.get("GPSE_DGL_BACKEND", "auto")
     if backend not in BACKENDS:
         raise ValueError(f"unknown message-passing backend {backend!r}; choose one of {BACKENDS}")
     if backend == "auto":
         device_type = torch.device(device).type
         small = device_type == "cpu" and num_edges is not None and num_edges <= SMALL_GRAPH_EDGES
-        first = op in TORCH_FIRST or op in KERNEL_FIRST
+        kernel_first = op in KERNEL_FIRST and (num_edges is None or num_edges <= KERNEL_GRAPH_EDGES)
+        first = op in TORCH_FIRST or kernel_first
         return "dgl" if not first and not small and dgl_supports(device_type) else "torch"
     return backend
 

@@ -1,5 +1,6 @@
 """The neighbour sum ``out[v] = w x[v] + sum_{u -> v} x[u]`` (GIN's aggregation with its self term, GCN's with
-``w = 0``) with the compiled CPU kernel.
+``w = 0``) and the neighbour mean (GraphSAGE's: the sum over the in-degree, 0 without in-edges) with the compiled CPU
+kernel.
 
 With torch ops the gather writes every edge's row ``x[u]`` to an ``(E, d)`` tensor and ``index_add_`` sums it;
 backward the gradient is gathered per edge again and summed by source. ``csrc/u_sum.cpp`` sums by destination
@@ -23,7 +24,7 @@ import torch
 
 from . import cpu
 
-__all__ = ["supports", "u_sum"]
+__all__ = ["supports", "u_mean", "u_sum"]
 
 
 def supports(graph, x: torch.Tensor) -> bool:
@@ -36,4 +37,11 @@ def u_sum(graph, x: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
     """``self_weight * x[v] + sum_{u -> v} x[u]`` as float32 ``(num_dst_nodes, d)``, with autograd
     (:func:`supports` must hold)."""
     csr = cpu.EdgeCSR.of(graph)
-    return cpu.kernel().u_sum(x, float(self_weight), csr.dst_indptr, csr.dst_src, csr.src_indptr, csr.src_dst)
+    return cpu.kernel().u_sum(x, float(self_weight), False, csr.dst_indptr, csr.dst_src, csr.src_indptr, csr.src_dst)
+
+
+def u_mean(graph, x: torch.Tensor) -> torch.Tensor:
+    """``mean_{u -> v} x[u]`` (0 without in-edges) as float32 ``(num_dst_nodes, d)``, with autograd: the sum of
+    :func:`u_sum` divided in the same pass (:func:`supports` must hold)."""
+    csr = cpu.EdgeCSR.of(graph)
+    return cpu.kernel().u_sum(x, 0.0, True, csr.dst_indptr, csr.dst_src, csr.src_indptr, csr.src_dst)

@@ -4,17 +4,17 @@
 
 ``backend="dgl"``   the ``dgl`` path: DGL's fused sparse kernels (``dgl.ops``). The registry's DGL wheels are
                     CPU-only, so this needs the graph and the tensors on a device DGL was built for.
-``backend="torch"`` gpse-dgl's own: for :func:`gated_sum`, :func:`relu_sum`, :func:`edge_gated_sum` and
-                    :func:`copy_u_sum`, the ``fused-cpu`` or ``triton`` kernel where one takes the operands
-                    (:mod:`gpse_dgl.kernels` picks), else, as for every other op, the ``torch`` path: plain
-                    ``torch`` gather / ``index_add_`` over the edge list, which runs wherever torch runs (CUDA
-                    with a CPU-only DGL, MPS, ...).
+``backend="torch"`` gpse-dgl's own: for :func:`gated_sum`, :func:`relu_sum`, :func:`edge_gated_sum`,
+                    :func:`copy_u_sum` and :func:`copy_u_mean`, the ``fused-cpu`` or ``triton`` kernel where one
+                    takes the operands (:mod:`gpse_dgl.kernels` picks), else, as for every other op, the
+                    ``torch`` path: plain ``torch`` gather / ``index_add_`` over the edge list, which runs wherever
+                    torch runs (CUDA with a CPU-only DGL, MPS, ...).
 
 ``"auto"`` (the default) is ``"dgl"`` where DGL can run on the tensors' device and ``"torch"`` otherwise,
 except for :func:`gated_sum`, :func:`relu_sum` and :func:`edge_gated_sum`, where ``"torch"`` is faster and
-leaner, for :func:`copy_u_sum` where its kernel takes the operands, and on the CPU for graphs of at most
-``kernels.SMALL_GRAPH_EDGES`` edges (a training batch of a few dozen molecules), where torch's gathers beat
-DGL's kernels (:func:`gpse_dgl.kernels.resolve_backend`).
+leaner, for :func:`copy_u_sum` and :func:`copy_u_mean` on graphs of at most ``kernels.KERNEL_GRAPH_EDGES`` edges
+where their kernel takes the operands, and on the CPU for graphs of at most ``kernels.SMALL_GRAPH_EDGES`` edges (a training batch of a few dozen molecules), where torch's
+gathers beat DGL's kernels (:func:`gpse_dgl.kernels.resolve_backend`).
 Override per call (``backend=``), per module (constructor argument) or process-wide with the
 ``GPSE_DGL_BACKEND`` environment variable; ``gpse-dgl info`` and ``metrics.json`` name the path each op takes.
 The paths are tested against each other (values and gradients) in ``tests/test_ops.py``.
@@ -136,12 +136,12 @@ def copy_u_sum(graph, src_feat, backend=None, self_weight: float = 0.0):
     """``out[v] = self_weight * src_feat[v] + sum_{u -> v} src_feat[u]`` (``v`` over the destination nodes; the
     self term is GIN's ``(1 + eps) h_v``).
 
-    On the ``"torch"`` path, and on ``"auto"`` at every size, on the CPU with float32 or bfloat16 rows, the fused
-    C++ kernel of :mod:`gpse_dgl.kernels.u_sum` runs (no ``(E, d)`` message, forward or backward) when it could be
-    built; otherwise ``"auto"`` picks as for the other ops, and the gathered rows are summed (torch) or DGL sums
-    them, the self term added after.
+    On the ``"torch"`` path, and on ``"auto"`` up to ``kernels.KERNEL_GRAPH_EDGES`` edges, on the CPU with float32 or
+    bfloat16 rows, the fused C++ kernel of :mod:`gpse_dgl.kernels.u_sum` runs (no ``(E, d)`` message, forward or
+    backward) when it could be built; otherwise ``"auto"`` picks as for the other ops, and the gathered rows are
+    summed (torch) or DGL sums them, the self term added after.
     """
-    if resolve_backend(backend, src_feat.device, "copy_u_sum") == "torch":
+    if resolve_backend(backend, src_feat.device, "copy_u_sum", graph.num_edges()) == "torch":
         summed = kernels.run("copy_u_sum", graph, src_feat, autograd=True, self_weight=self_weight)
         if summed is not None:
             return summed
@@ -157,7 +157,16 @@ def copy_u_sum(graph, src_feat, backend=None, self_weight: float = 0.0):
 
 
 def copy_u_mean(graph, src_feat, backend=None):
-    """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges)."""
+    """``out[v] = mean_{u -> v} src_feat[u]`` (0 for nodes without in-edges).
+
+    On the ``"torch"`` path, and on ``"auto"`` up to ``kernels.KERNEL_GRAPH_EDGES`` edges, the kernel of
+    :func:`copy_u_sum` divides each sum by the in-degree in the same pass, where it takes the operands; otherwise
+    ``"auto"`` picks as for the other ops.
+    """
+    if resolve_backend(backend, src_feat.device, "copy_u_mean", graph.num_edges()) == "torch":
+        mean = kernels.run("copy_u_mean", graph, src_feat, autograd=True)
+        if mean is not None:
+            return mean
     if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
         return _dgl_kernel(dgl.ops.copy_u_mean, graph, src_feat)
     total = copy_u_sum(graph, src_feat, backend="torch")

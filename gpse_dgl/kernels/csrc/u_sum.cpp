@@ -1,7 +1,8 @@
-// GIN's aggregation out[v] = w x[v] + sum_{u -> v} x[u] (and GCN's, w = 0) and its gradient, without an (E, d)
-// message: forward by destination (CSR of the in-edges' sources), each edge reading x[u] once into a float32 row
-// held while its destination is summed; backward by source (CSR of the out-edges' destinations),
-// grad_x[u] = w grad_out[u] + the sum of grad_out over u's out-edges, no atomics.
+// GIN's aggregation out[v] = w x[v] + sum_{u -> v} x[u] (and GCN's, w = 0), or GraphSAGE's mean (the sum over v's
+// in-degree, 0 without in-edges), and its gradient, without an (E, d) message: forward by destination (CSR of the
+// in-edges' sources), each edge reading x[u] once into a float32 row held while its destination is summed; backward
+// by source (CSR of the out-edges' destinations), grad_x[u] = w grad_out[u] + the sum of grad_out (for the mean:
+// grad_out[v] / deg(v)) over u's out-edges, no atomics.
 // The autograd function (USum, bound as `u_sum`) is C++'s own: no Python runs forward or backward.
 // Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
 // so the result does not depend on the number of threads.
@@ -14,10 +15,10 @@ using gated::load;
 using gated::Rows;
 
 // out[v] (float32) = w x[v] + sum of x[index[e]] over v's in-edges [indptr[v], indptr[v + 1]) (index: their
-// sources), for v < n; the self term only where w != 0.
+// sources), for v < n; the self term only where w != 0; with `mean`, that divided by v's in-degree (if any).
 template <typename T>
-void sum_kernel(const int64_t* indptr, const int64_t* index, Rows<T> x, float self_weight, float* out, int64_t n,
-                int64_t d) {
+void sum_kernel(const int64_t* indptr, const int64_t* index, Rows<T> x, float self_weight, bool mean, float* out,
+                int64_t n, int64_t d) {
   at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t v = begin; v < end; ++v) {
       float* acc = out + v * d;
@@ -28,12 +29,18 @@ void sum_kernel(const int64_t* indptr, const int64_t* index, Rows<T> x, float se
 #pragma omp simd
         for (int64_t j = 0; j < d; ++j) acc[j] += load(xu, j);
       }
+      const int64_t degree = indptr[v + 1] - indptr[v];
+      if (mean && degree > 1) {
+        const float divisor = static_cast<float>(degree);
+#pragma omp simd
+        for (int64_t j = 0; j < d; ++j) acc[j] /= divisor;
+      }
     }
   });
 }
 
 struct USum : public torch::autograd::Function<USum> {
-  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, double self_weight,
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, double self_weight, bool mean,
                             at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor src_indptr, at::Tensor src_dst) {
     const int64_t n = dst_indptr.numel() - 1, d = x.size(1);
     gated::check_csr(dst_indptr, dst_src, n);
@@ -41,13 +48,17 @@ struct USum : public torch::autograd::Function<USum> {
     gated::check_rows(x, "x", d);
     gpse_native::check(src_indptr.numel() - 1 == x.size(0), "one source CSR row per row of x");
     gpse_native::check(self_weight == 0.0 || n <= x.size(0), "the self term needs a row of x per destination");
+    gpse_native::check(self_weight == 0.0 || !mean, "the mean takes no self term");
     at::Tensor out = at::empty({n, d}, x.options().dtype(at::kFloat));
     gated::dispatch(x, [&](auto tag) {
       using T = decltype(tag);
       sum_kernel<T>(dst_indptr.data_ptr<int64_t>(), dst_src.data_ptr<int64_t>(), gated::rows<T>(x),
-                    static_cast<float>(self_weight), out.data_ptr<float>(), n, d);
+                    static_cast<float>(self_weight), mean, out.data_ptr<float>(), n, d);
     });
-    ctx->save_for_backward({src_indptr, src_dst});
+    // the mean's backward divides grad_out by the in-degrees (at least 1), as the forward pass divided the sums
+    const at::Tensor divisors = mean ? (dst_indptr.slice(0, 1) - dst_indptr.slice(0, 0, n)).clamp_min(1).to(at::kFloat)
+                                     : at::Tensor();
+    ctx->save_for_backward({src_indptr, src_dst, divisors});
     ctx->saved_data["self_weight"] = self_weight;
     ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["rows"] = x.size(0);
@@ -57,7 +68,8 @@ struct USum : public torch::autograd::Function<USum> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const at::Tensor grad_out = grads[0].to(at::kFloat).contiguous();
+    at::Tensor grad_out = grads[0].to(at::kFloat).contiguous();
+    if (saved[2].defined()) grad_out = (grad_out / saved[2].unsqueeze(1)).contiguous();
     const int64_t rows = ctx->saved_data["rows"].toInt(), d = grad_out.size(1);
     const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     at::Tensor grad_x = at::empty({rows, d}, grad_out.options().dtype(dtype));
@@ -68,20 +80,21 @@ struct USum : public torch::autograd::Function<USum> {
                                 grad_out.data_ptr<float>(), static_cast<float>(ctx->saved_data["self_weight"].toDouble()),
                                 grad_out.size(0), grad_x.data_ptr<T>(), rows, d);
     });
-    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
-// out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum over each destination's in-edges of x[u], with
-// autograd (x: (n_src, d), float32 or bfloat16, rows contiguous; the CSRs as cpu.EdgeCSR holds them).
-at::Tensor u_sum(at::Tensor x, double self_weight, at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor src_indptr,
-                 at::Tensor src_dst) {
+// out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum over each destination's in-edges of x[u] (with
+// `mean`: that sum over the in-degree, no self term), with autograd (x: (n_src, d), float32 or bfloat16, rows
+// contiguous; the CSRs as cpu.EdgeCSR holds them).
+at::Tensor u_sum(at::Tensor x, double self_weight, bool mean, at::Tensor dst_indptr, at::Tensor dst_src,
+                 at::Tensor src_indptr, at::Tensor src_dst) {
   GPSE_PROFILED("USum");
-  return USum::apply(x, self_weight, dst_indptr, dst_src, src_indptr, src_dst);
+  return USum::apply(x, self_weight, mean, dst_indptr, dst_src, src_indptr, src_dst);
 }
 
 }  // namespace
 
 static const gpse_native::Binding binding([](pybind11::module_& m) {
-  m.def("u_sum", &u_sum, "w x[v] + the sum of x[u] over each destination's in-edges, with autograd");
+  m.def("u_sum", &u_sum, "w x[v] + the sum (or the mean) of x[u] over each destination's in-edges, with autograd");
 });
