@@ -7,7 +7,7 @@ Four paths, named so in ``gpse-dgl info``, in ``metrics.json`` (``environment.ke
                runs on the device (backend ``"auto"``) or where ``backend="dgl"`` asks for them
 ``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum, GINE's
                ReLU sum (:mod:`.relu_sum`), GatedGCN's edge-gated sum (:mod:`.edge_gated_sum`), GIN's
-               and GCN's neighbour sum (:mod:`.u_sum`), the
+               and GCN's neighbour sum and GraphSAGE's mean (:mod:`.u_sum`), the
                downstream layers' BatchNorm step (:mod:`.batch_norm_act`),
                dropout noise, the encoder's residual step; float32 (and bfloat16 rows where said) on the CPU
 ``triton``     the Triton kernels of :mod:`.triton_kernels` (:mod:`.gpu`): the gated sum and the eval-mode
@@ -145,6 +145,8 @@ TORCH_FIRST = ("gated_sum", "relu_sum", "edge_gated_sum")
 #: molecules from 32 to 2,048 (77,326 edges), their plain torch ops only on small graphs; on uniform random graphs
 #: of 200,000 edges and more DGL's sum and mean are level or faster (``benchmarks/aggregation_speed.py``, RESULTS 21).
 KERNEL_FIRST = ("copy_u_sum", "copy_u_mean")
+#: The limit of :data:`KERNEL_FIRST`: 2**17, between the largest batch measured (77,326 edges) and the smallest
+#: random graph (200,000); sizes in between were not measured.
 KERNEL_GRAPH_EDGES = 1 << 17
 #: On the CPU, ``"auto"`` runs the other message-passing ops on graphs of at most this many edges (a training batch
 #: of a few dozen molecules) and DGL's kernels above: plain torch gathers and ``index_add_`` saved about a tenth of

@@ -12,9 +12,10 @@
 
 ``"auto"`` (the default) is ``"dgl"`` where DGL can run on the tensors' device and ``"torch"`` otherwise,
 except for :func:`gated_sum`, :func:`relu_sum` and :func:`edge_gated_sum`, where ``"torch"`` is faster and
-leaner, for :func:`copy_u_sum` and :func:`copy_u_mean` on graphs of at most ``kernels.KERNEL_GRAPH_EDGES`` edges
-where their kernel takes the operands, and on the CPU for graphs of at most ``kernels.SMALL_GRAPH_EDGES`` edges (a training batch of a few dozen molecules), where torch's
-gathers beat DGL's kernels (:func:`gpse_dgl.kernels.resolve_backend`).
+leaner, for :func:`copy_u_sum` and :func:`copy_u_mean` on graphs of at most ``kernels.KERNEL_GRAPH_EDGES``
+edges where their kernel takes the operands, and on the CPU for graphs of at most ``kernels.SMALL_GRAPH_EDGES``
+edges (a training batch of a few dozen molecules), where torch's gathers beat DGL's kernels
+(:func:`gpse_dgl.kernels.resolve_backend`).
 Override per call (``backend=``), per module (constructor argument) or process-wide with the
 ``GPSE_DGL_BACKEND`` environment variable; ``gpse-dgl info`` and ``metrics.json`` name the path each op takes.
 The paths are tested against each other (values and gradients) in ``tests/test_ops.py``.
