@@ -232,6 +232,75 @@ def test_global_attention_handles_graph_without_nodes():
     assert torch.isfinite(out).all() and torch.isfinite(h.grad).all()
 
 
+def _padded_multihead_attention(attention, graph, h):
+    """The straightforward path: every graph's rows padded to the batch's largest graph, torch's own
+    ``nn.MultiheadAttention`` with a key-padding mask, the node rows taken back."""
+    counts = graph.batch_num_nodes().tolist()
+    n_max = max(counts)
+    dense = h.new_zeros(len(counts), n_max, h.shape[1])
+    padding = torch.ones(len(counts), n_max, dtype=torch.bool)
+    for index, rows in enumerate(torch.split(h, counts)):
+        dense[index, :len(rows)] = rows
+        padding[index, :len(rows)] = False
+    padding[:, 0] = False
+    out = attention(dense, dense, dense, key_padding_mask=padding, need_weights=False)[0]
+    return torch.cat([out[index, :n] for index, n in enumerate(counts)])
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_global_attention_equals_padded_multihead_attention(bias):
+    """Values and gradients (input and every parameter) of the projections-on-node-rows path against
+    torch's module on the padded batch, in training mode, with a one-node and an empty graph."""
+    graphs = [dgl.rand_graph(n, n) for n in (7, 1, 12)] + [dgl.graph(([], []), num_nodes=0)]
+    g = dgl.batch(graphs + [dgl.rand_graph(5, 9)])
+    torch.manual_seed(0)
+    layer = GlobalSelfAttention(16, num_heads=4, bias=bias).train()
+    h = torch.randn(g.num_nodes(), 16, dtype=torch.float64, requires_grad=True)
+    layer.double()
+    grad_out = torch.randn(g.num_nodes(), 16, dtype=torch.float64)
+    results = []
+    for path in (lambda x: layer(g, x), lambda x: _padded_multihead_attention(layer.attention, g, x)):
+        layer.zero_grad()
+        h.grad = None
+        out = path(h)
+        out.backward(grad_out)
+        results.append((out.detach(), h.grad.clone(), [p.grad.clone() for p in layer.parameters()]))
+    (out, grad_h, grads), (expected, expected_h, expected_grads) = results
+    torch.testing.assert_close(out, expected, atol=1e-12, rtol=1e-10)
+    torch.testing.assert_close(grad_h, expected_h, atol=1e-12, rtol=1e-10)
+    assert len(grads) == (4 if bias else 2)
+    for grad, reference in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, reference, atol=1e-12, rtol=1e-10)
+
+
+def test_global_attention_dropout_only_in_training_and_seeded():
+    g = dgl.batch([dgl.rand_graph(9, 20), dgl.rand_graph(6, 10)])
+    layer = GlobalSelfAttention(8, num_heads=2, dropout=0.5)
+    h = torch.randn(g.num_nodes(), 8)
+    torch.testing.assert_close(layer.eval()(g, h), _padded_multihead_attention(layer.attention.eval(), g, h),
+                               atol=1e-5, rtol=1e-5)
+    layer.train()
+    draws = []
+    for seed in (3, 3, 4):
+        torch.manual_seed(seed)
+        draws.append(layer(g, h))
+    assert torch.equal(draws[0], draws[1])
+    assert not torch.allclose(draws[0], draws[2])
+    assert not torch.allclose(draws[0], layer.eval()(g, h))
+
+
+def test_global_attention_bf16_autocast_close_to_fp32():
+    g = dgl.batch([dgl.rand_graph(n, 3 * n) for n in (20, 5, 33)])
+    torch.manual_seed(0)
+    layer = GlobalSelfAttention(32, num_heads=4).eval()
+    h = torch.randn(g.num_nodes(), 32)
+    expected = layer(g, h)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = layer(g, h)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), expected, atol=0.05, rtol=0.05)
+
+
 @pytest.mark.parametrize("name", ["gps", "transformer"])
 def test_attention_models_same_alone_as_in_batch(batch, name):
     g, x, e, pe = batch

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ... import _private
@@ -30,10 +31,15 @@ class GlobalSelfAttention(nn.Module):
 
     .. math:: h_i' = \mathrm{MHA}(h_i,\ \{h_j : j \in G(i)\})
 
-    The batched graph's node features are scattered into a padded ``(batch_size, n_max, d)`` tensor
-    with a key-padding mask and fed to ``torch.nn.MultiheadAttention(batch_first=True)`` in one call
-    (no Python loop over graphs), then gathered back to ``(N, d)``. A graph's result does not depend
-    on the other graphs of the batch. Message-flow blocks are not supported (attention needs whole graphs).
+    The parameters are those of ``torch.nn.MultiheadAttention`` (``self.attention``: the same state dict,
+    initialisation and values), but the projections run on the ``N`` node rows and only the attention
+    itself on a padded layout: the query, key and value rows are scattered into ``(batch_size, n_max)``
+    slots, one ``scaled_dot_product_attention`` call takes every graph with a mask on the padding keys
+    (no Python loop over graphs), and its output rows are gathered back for the output projection.
+    ``nn.MultiheadAttention`` on the padded tensor would project every padding row too, a third to a
+    half of the rows of a batch of molecules, and copy its input to sequence-first order and back
+    (``benchmarks/downstream_speed.py``). A graph's result does not depend on the other graphs of the
+    batch. Message-flow blocks are not supported (attention needs whole graphs).
 
     Parameters
     ----------
@@ -72,15 +78,25 @@ class GlobalSelfAttention(nn.Module):
         graph_id, slot, n_max = dense_batch_index(graph, feat.device)
         if n_max == 0:
             return feat
-        batch_size, d = graph.batch_size, feat.shape[-1]
+        attention = self.attention
+        batch_size, d, heads = graph.batch_size, feat.shape[-1], attention.num_heads
+        qkv = F.linear(feat, attention.in_proj_weight, attention.in_proj_bias)
         # rows by flat slot, with index_copy / index_select: backwards a gather and an index_add_ (indexing's
         # backward, an index_put_ with accumulation, sorts the index every step)
         flat = graph_id * n_max + slot
-        dense = feat.new_zeros(batch_size * n_max, d).index_copy(0, flat, feat).view(batch_size, n_max, d)
-        padding = torch.ones(batch_size, n_max, dtype=torch.bool, device=feat.device)
-        padding[graph_id, slot] = False
-        # A graph without nodes would mask every key and make softmax NaN; its (unused) first slot
-        # is unmasked instead so the padded rows stay finite.
-        padding[:, 0] = False
-        out = self.attention(dense, dense, dense, key_padding_mask=padding, need_weights=False)[0]
-        return out.reshape(batch_size * n_max, d).index_select(0, flat)
+        dense = qkv.new_zeros(batch_size * n_max, 3 * d).index_copy(0, flat, qkv)
+        query, key, value = dense.view(batch_size, n_max, 3, heads, d // heads).permute(2, 0, 3, 1, 4).unbind(0)
+        out = F.scaled_dot_product_attention(query, key, value, attn_mask=_key_mask(graph_id, slot, batch_size, n_max),
+                                             dropout_p=attention.dropout if self.training else 0.0)
+        out = out.transpose(1, 2).reshape(batch_size * n_max, d).index_select(0, flat)
+        return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
+
+
+def _key_mask(graph_id: torch.Tensor, slot: torch.Tensor, batch_size: int, n_max: int) -> torch.Tensor:
+    """``(batch_size, 1, 1, n_max)``, True where a slot holds a node: the keys each query may attend to."""
+    keep = torch.zeros(batch_size, n_max, dtype=torch.bool, device=graph_id.device)
+    keep[graph_id, slot] = True
+    # A graph without nodes would mask every key and make softmax NaN; its (unused) first slot is a key
+    # instead so the padded rows stay finite.
+    keep[:, 0] = True
+    return keep.view(batch_size, 1, 1, n_max)
