@@ -3,6 +3,7 @@ import copy
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import gpse_dgl  # noqa: F401  (sets DGLBACKEND before dgl is imported)
@@ -287,6 +288,29 @@ def test_global_attention_dropout_only_in_training_and_seeded():
     assert torch.equal(draws[0], draws[1])
     assert not torch.allclose(draws[0], draws[2])
     assert not torch.allclose(draws[0], layer.eval()(g, h))
+
+
+def test_global_attention_with_dropout_is_the_math_of_scaled_dot_product_attention():
+    """The CPU path taken with attention dropout: without dropout it equals torch's kernel; with it, its
+    gradients are those of its own function (gradcheck, the draw re-seeded at every call) and its mean over
+    draws is the output without dropout."""
+    from gpse_dgl.nn.models.global_attention import _attention_with_dropout
+
+    torch.manual_seed(0)
+    query, key, value = (torch.randn(3, 2, 6, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    keep = torch.rand(3, 1, 1, 6) < 0.6
+    keep[..., 0] = True
+    expected = F.scaled_dot_product_attention(query, key, value, attn_mask=keep)
+    torch.testing.assert_close(_attention_with_dropout(query, key, value, keep, 0.0), expected)
+
+    def seeded(q, k, v):
+        torch.manual_seed(1)
+        return _attention_with_dropout(q, k, v, keep, 0.3)
+
+    assert torch.autograd.gradcheck(seeded, (query, key, value))
+    q32, k32, v32 = (t.detach().float() for t in (query, key, value))
+    draws = torch.stack([_attention_with_dropout(q32, k32, v32, keep, 0.3) for _ in range(2000)])
+    torch.testing.assert_close(draws.mean(0), expected.float(), atol=0.08, rtol=0)
 
 
 def test_global_attention_bf16_autocast_close_to_fp32():

@@ -7,6 +7,7 @@ from torch import nn
 
 from ... import _private
 from .. import ops
+from ..dropout import dropout
 
 
 def dense_batch_index(graph, device) -> tuple[torch.Tensor, torch.Tensor, int]:
@@ -86,8 +87,12 @@ class GlobalSelfAttention(nn.Module):
         flat = graph_id * n_max + slot
         dense = qkv.new_zeros(batch_size * n_max, 3 * d).index_copy(0, flat, qkv)
         query, key, value = dense.view(batch_size, n_max, 3, heads, d // heads).permute(2, 0, 3, 1, 4).unbind(0)
-        out = F.scaled_dot_product_attention(query, key, value, attn_mask=_key_mask(graph_id, slot, batch_size, n_max),
-                                             dropout_p=attention.dropout if self.training else 0.0)
+        keep = _key_mask(graph_id, slot, batch_size, n_max)
+        p = attention.dropout if self.training else 0.0
+        if p > 0.0 and feat.device.type == "cpu":
+            out = _attention_with_dropout(query, key, value, keep, p)
+        else:
+            out = F.scaled_dot_product_attention(query, key, value, attn_mask=keep, dropout_p=p)
         out = out.transpose(1, 2).reshape(batch_size * n_max, d).index_select(0, flat)
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
@@ -100,3 +105,13 @@ def _key_mask(graph_id: torch.Tensor, slot: torch.Tensor, batch_size: int, n_max
     # instead so the padded rows stay finite.
     keep[:, 0] = True
     return keep.view(batch_size, 1, 1, n_max)
+
+
+def _attention_with_dropout(query, key, value, keep: torch.Tensor, p: float) -> torch.Tensor:
+    """``softmax(q k^T / sqrt(d_head), masked) -> dropout -> @ v``: what ``scaled_dot_product_attention``
+    computes with ``dropout_p`` on the CPU (its math path), with the weights' mask drawn by
+    :func:`~gpse_dgl.nn.dropout.dropout` instead of torch's one-thread Bernoulli draw (a seventh of a
+    training step of the ZINC replica's GPS, ``benchmarks/downstream_speed.py``)."""
+    scores = torch.matmul(query, key.transpose(-2, -1)) * query.shape[-1] ** -0.5
+    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
+    return torch.matmul(dropout(weights, p), value)
