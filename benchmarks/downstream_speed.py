@@ -31,7 +31,9 @@ profile (``torch.profiler``, fp32, a few model-only steps) splits each side's st
 edge sums, gathers, dense products, norms, element-wise passes, the optimiser (every op its step runs) and what
 falls outside torch's ops (the Python of the loop and the layers). The same models' steps are then timed in
 parts (forward, backward, AdamW step; no profiler), and a ceiling is printed: PyG's step over the part both sides share, our
-dense products and the AdamW step, the ratio no change to the rest of our step could exceed.
+dense products and the AdamW step, the ratio no change to the rest of our step could exceed. The products' rate in
+each side's profiled step (the profiler's FLOPs of the matrix products over their self time) is printed beside this
+host's rate on large float32 products, measured in the same run: how far the shared part itself could still shrink.
 
 Usage::
 
@@ -126,7 +128,7 @@ def main(argv=None) -> dict:
     from gpse_dgl.data.zinc_replica import load_zinc_replica
 
     dataset = load_zinc_replica(default_root(), num_molecules=args.molecules)
-    rows, counts, profiles, step_ms, parts, bf16_dense_ms = [], {}, {}, {}, {}, {}
+    rows, counts, profiles, step_ms, parts, bf16_dense_ms, rates = [], {}, {}, {}, {}, {}, {}
     for name in args.models:
         for precision in args.precisions:
             setup = _Setup(name, precision, dataset, args)
@@ -138,18 +140,21 @@ def main(argv=None) -> dict:
                 profiles[name] = {side: profile_shares(step, args.profile_steps)
                                   for side, step in (("ours", setup.ours_step), ("pyg", setup.pyg_step))}
                 step_ms[name] = {side: profiles[name][side].pop("step ms") for side in ("ours", "pyg")}
+                rates[name] = {side: profiles[name][side].pop("product GFLOP/s") for side in ("ours", "pyg")}
                 step_ms[name]["batches"] = len(setup.ours_batches)
                 parts[name] = setup.step_parts()
             if precision == "bf16" and args.profile_steps:
                 shares = profile_shares(setup.ours_step, args.profile_steps)
                 bf16_dense_ms[name] = shares["dense products"] * shares["step ms"]
+    if profiles:
+        rates["host, 1024 x 1024"] = matmul_rate(args.threads)
     for row in rows:  # warm-up: the kernels' first build, allocator, caches
         for side in row.run:
             row.run[side]()
     for round_index in range(args.rounds):
         for row in rows:
             row.time_round(round_index)
-    return report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms)
+    return report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms, rates)
 
 
 class _Setup:
@@ -301,20 +306,41 @@ def profile_shares(step, steps: int) -> dict:
 
     step()
     started = time.perf_counter()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
         for _ in range(steps):
             step()
     wall_us = (time.perf_counter() - started) * 1e6
     shares = {name: 0.0 for name, _ in BUCKETS}
     shares["other ops"] = 0.0
-    inside = 0.0
+    inside, product_flops, product_us = 0.0, 0, 0.0
     for event in prof.events():
         self_us = event.self_cpu_time_total
         inside += self_us
-        shares[_bucket(event)] += self_us
+        bucket = _bucket(event)
+        shares[bucket] += self_us
+        if bucket == "dense products" and event.flops:
+            product_flops, product_us = product_flops + event.flops, product_us + self_us
     shares["outside ops (Python)"] = max(wall_us - inside, 0.0)
     total = sum(shares.values()) or 1.0
-    return {**{name: value / total for name, value in shares.items()}, "step ms": wall_us / steps / 1e3}
+    return {**{name: value / total for name, value in shares.items()}, "step ms": wall_us / steps / 1e3,
+            "product GFLOP/s": product_flops / product_us / 1e3 if product_us else 0.0}
+
+
+def matmul_rate(threads: int, size: int = 1024, repeats: int = 20) -> float:
+    """This host's float32 matrix-product rate, GFLOP/s: the best of three timings of ``repeats`` products of
+    two ``size x size`` matrices on ``threads`` threads, the yardstick of the products' rate in the steps."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(repeats):
+            torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size ** 3 * repeats / best / 1e9
 
 
 def _bucket(event) -> str:
@@ -329,7 +355,7 @@ def _bucket(event) -> str:
     return next((name for name, words in BUCKETS if any(w in key for w in words)), "other ops")
 
 
-def report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms) -> dict:
+def report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms, rates) -> dict:
     print(f"## Downstream training: gpse-dgl vs PyG ({today()})\n")
     print(f"command: `{command_line()}`  \nmachine: {machine_line()}  \n"
           f"{args.rounds} interleaved round(s) of {args.batches} batches x {args.batch_size} ZINC-replica molecules, "
@@ -364,6 +390,13 @@ def report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms) -> dict:
                              [[m, side, *(f"{v:.2f}" for v in t.values()), f"{sum(t.values()):.2f}"]
                               for m, sides in parts.items() for side, t in (("ours", sides["ours"]),
                                                                            ("PyG", sides["pyg"]))], "llrrrr"))
+        host = rates.pop("host, 1024 x 1024")
+        print(f"\nThe dense products' rate in the profiled steps (matrix-product FLOPs over their self time), "
+              f"GFLOP/s, against this host's float32 rate on 1024 x 1024 products ({host:.0f} GFLOP/s, "
+              f"{args.threads} thread(s)): " + ", ".join(f"{m} ours {r['ours']:.0f} ({r['ours'] / host:.0%}), "
+                                                         f"PyG {r['pyg']:.0f} ({r['pyg'] / host:.0%})"
+                                                         for m, r in rates.items()))
+        rates["host, 1024 x 1024"] = host
         limits = ceilings(records, profiles, step_ms, parts)
         if limits:
             print("\nCeiling of PyG / ours, model only, fp32: PyG's step (timed above) over what both sides share, our "
@@ -376,7 +409,7 @@ def report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms) -> dict:
               + ", ".join(f"{m} {b['bound']:.2f}x ({b['fp32_dense_ms']:.2f} -> {b['bf16_dense_ms']:.2f} of "
                           f"{b['fp32_step_ms']:.2f})" for m, b in bounds.items()))
     return {"records": records, "parameters": counts, "profiles": profiles, "step_ms": step_ms, "parts": parts,
-            "bf16_speedups": speedups, "bf16_bounds": bounds}
+            "bf16_speedups": speedups, "bf16_bounds": bounds, "product_rates": rates}
 
 
 def ceilings(records, profiles, step_ms, parts) -> dict:

@@ -122,6 +122,9 @@ def test_downstream_speed_times_both_sides_with_equal_parameters(capsys):
     assert all(v > 0 for side in ("ours", "pyg") for v in result["parts"]["gine"][side].values())
     bound = result["bf16_bounds"]["gine"]
     assert bound["bf16_dense_ms"] > 0 and "were only the dense products to change" in out
+    rates = result["product_rates"]
+    assert rates["gine"]["ours"] > 0 and rates["gine"]["pyg"] > 0 and rates["host, 1024 x 1024"] > 0
+    assert "this host's float32 rate" in out
 
 
 def test_aggregation_speed_times_each_op_on_both_paths(capsys):
