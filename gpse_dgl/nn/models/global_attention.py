@@ -37,8 +37,8 @@ class GlobalSelfAttention(nn.Module):
     itself on a padded layout: the query, key and value rows are scattered into ``(batch_size, n_max)``
     slots, one ``scaled_dot_product_attention`` call takes every graph with a mask on the padding keys
     (no Python loop over graphs), and its output rows are gathered back for the output projection.
-    ``nn.MultiheadAttention`` on the padded tensor would project every padding row too, a third to a
-    half of the rows of a batch of molecules, and copy its input to sequence-first order and back
+    ``nn.MultiheadAttention`` on the padded tensor would project every padding row too (15-30 % of the
+    rows of the batches of molecules measured), and copy its input to sequence-first order and back
     (``benchmarks/downstream_speed.py``). A graph's result does not depend on the other graphs of the
     batch. Message-flow blocks are not supported (attention needs whole graphs).
 
