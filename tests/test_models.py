@@ -255,9 +255,11 @@ def test_global_attention_equals_padded_multihead_attention(bias):
     graphs = [dgl.rand_graph(n, n) for n in (7, 1, 12)] + [dgl.graph(([], []), num_nodes=0)]
     g = dgl.batch(graphs + [dgl.rand_graph(5, 9)])
     torch.manual_seed(0)
-    layer = GlobalSelfAttention(16, num_heads=4, bias=bias).train()
+    layer = GlobalSelfAttention(16, num_heads=4, bias=bias).train().double()
+    with torch.no_grad():  # torch starts the biases at zero: random ones make the values check them too
+        for parameter in layer.parameters():
+            parameter.normal_()
     h = torch.randn(g.num_nodes(), 16, dtype=torch.float64, requires_grad=True)
-    layer.double()
     grad_out = torch.randn(g.num_nodes(), 16, dtype=torch.float64)
     results = []
     for path in (lambda x: layer(g, x), lambda x: _padded_multihead_attention(layer.attention, g, x)):
@@ -311,6 +313,15 @@ def test_global_attention_with_dropout_is_the_math_of_scaled_dot_product_attenti
     q32, k32, v32 = (t.detach().float() for t in (query, key, value))
     draws = torch.stack([_attention_with_dropout(q32, k32, v32, keep, 0.3) for _ in range(2000)])
     torch.testing.assert_close(draws.mean(0), expected.float(), atol=0.08, rtol=0)
+    # Identity values make the output the dropped weights themselves (float32: the project's dropout
+    # kernel): each is 0 or its weight / (1 - p), and about p of the attended ones are 0.
+    identity = torch.eye(6).expand(3, 2, 6, 6)
+    weights = _attention_with_dropout(q32, k32, identity, keep, 0.0)
+    dropped = _attention_with_dropout(q32, k32, identity, keep, 0.3)
+    kept = dropped != 0
+    torch.testing.assert_close(dropped[kept], weights[kept] / 0.7)
+    attended = keep.expand_as(weights)
+    assert abs((~kept[attended]).float().mean().item() - 0.3) < 0.12
 
 
 def test_global_attention_bf16_autocast_close_to_fp32():
@@ -323,6 +334,16 @@ def test_global_attention_bf16_autocast_close_to_fp32():
         out = layer(g, h)
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), expected, atol=0.05, rtol=0.05)
+    # the CPU dropout path under autocast (bf16 products, float32 softmax), with p = 0, against torch's float32 kernel
+    from gpse_dgl.nn.models.global_attention import _attention_with_dropout
+
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 2, 9, 8) * 2 for _ in range(3))
+    keep = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    reference = F.scaled_dot_product_attention(q, k, v)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = _attention_with_dropout(q, k, v, keep, 0.0)
+    torch.testing.assert_close(low.float(), reference, atol=0.06, rtol=0.02)
 
 
 @pytest.mark.parametrize("name", ["gps", "transformer"])

@@ -88,7 +88,7 @@ class GlobalSelfAttention(nn.Module):
         dense = qkv.new_zeros(batch_size * n_max, 3 * d).index_copy(0, flat, qkv)
         query, key, value = dense.view(batch_size, n_max, 3, heads, d // heads).permute(2, 0, 3, 1, 4).unbind(0)
         keep = _key_mask(graph_id, slot, batch_size, n_max)
-        p = attention.dropout if self.training else 0.0
+        p = attention.dropout if attention.training else 0.0  # the module that holds the rate decides, as before
         if p > 0.0 and feat.device.type == "cpu":
             out = _attention_with_dropout(query, key, value, keep, p)
         else:
@@ -111,7 +111,10 @@ def _attention_with_dropout(query, key, value, keep: torch.Tensor, p: float) -> 
     """``softmax(q k^T / sqrt(d_head), masked) -> dropout -> @ v``: what ``scaled_dot_product_attention``
     computes with ``dropout_p`` on the CPU (its math path), with the weights' mask drawn by
     :func:`~gpse_dgl.nn.dropout.dropout` instead of torch's one-thread Bernoulli draw (a seventh of a
-    training step of the ZINC replica's GPS, ``benchmarks/downstream_speed.py``)."""
+    training step of the ZINC replica's GPS, ``benchmarks/downstream_speed.py``). The softmax is taken
+    in float32 at least, as the precision contract has reductions, and its weights are rounded to the
+    values' dtype for the product."""
     scores = torch.matmul(query, key.transpose(-2, -1)) * query.shape[-1] ** -0.5
-    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
-    return torch.matmul(dropout(weights, p), value)
+    weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1,
+                            dtype=torch.promote_types(scores.dtype, torch.float32))
+    return torch.matmul(dropout(weights.to(value.dtype), p), value)
