@@ -53,6 +53,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [HERE, os.path.dirname(HERE)]
 
 from _common import command_line, machine_line, markdown_table, set_threads_env, today  # noqa: E402
+from _precision import matmul_peak_gflops  # noqa: E402
 
 RECIPES = os.path.join(os.path.dirname(HERE), "recipes", "downstream")
 MODELS = {
@@ -147,7 +148,7 @@ def main(argv=None) -> dict:
                 shares = profile_shares(setup.ours_step, args.profile_steps)
                 bf16_dense_ms[name] = shares["dense products"] * shares["step ms"]
     if profiles:
-        rates["host, 1024 x 1024"] = matmul_rate(args.threads)
+        rates["host, 1024 x 1024"] = matmul_peak_gflops("cpu", "fp32", size=1024)
     for row in rows:  # warm-up: the kernels' first build, allocator, caches
         for side in row.run:
             row.run[side]()
@@ -335,23 +336,6 @@ def _is_matrix_product(event) -> bool:
     return event.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
 
 
-def matmul_rate(threads: int, size: int = 1024, repeats: int = 20) -> float:
-    """This host's float32 matrix-product rate, GFLOP/s: the best of three timings of ``repeats`` products of
-    two ``size x size`` matrices on ``threads`` threads, the yardstick of the products' rate in the steps."""
-    import torch
-
-    torch.set_num_threads(threads)
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    torch.mm(a, b)
-    best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
-        for _ in range(repeats):
-            torch.mm(a, b)
-        best = min(best, time.perf_counter() - started)
-    return 2 * size ** 3 * repeats / best / 1e9
-
-
 def _bucket(event) -> str:
     """An op's bucket: the optimiser's for every op the optimiser's step or ``zero_grad`` runs (its element-wise
     passes too), else the first of :data:`BUCKETS` whose words its name holds."""
@@ -399,13 +383,12 @@ def report(args, rows, counts, profiles, step_ms, parts, bf16_dense_ms, rates) -
                              [[m, side, *(f"{v:.2f}" for v in t.values()), f"{sum(t.values()):.2f}"]
                               for m, sides in parts.items() for side, t in (("ours", sides["ours"]),
                                                                            ("PyG", sides["pyg"]))], "llrrrr"))
-        host = rates.pop("host, 1024 x 1024")
+        host = rates["host, 1024 x 1024"]
         print(f"\nThe dense products' rate in the profiled steps (matrix-product FLOPs over their self time), "
               f"GFLOP/s, against this host's float32 rate on 1024 x 1024 products ({host:.0f} GFLOP/s, "
               f"{args.threads} thread(s)): " + ", ".join(f"{m} ours {r['ours']:.0f} ({r['ours'] / host:.0%}), "
                                                          f"PyG {r['pyg']:.0f} ({r['pyg'] / host:.0%})"
-                                                         for m, r in rates.items()))
-        rates["host, 1024 x 1024"] = host
+                                                         for m, r in rates.items() if m in profiles))
         limits = ceilings(records, profiles, step_ms, parts)
         if limits:
             print("\nCeiling of PyG / ours, model only, fp32: PyG's step (timed above) over what both sides share, our "

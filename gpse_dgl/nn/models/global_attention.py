@@ -76,7 +76,7 @@ class GlobalSelfAttention(nn.Module):
         """``(batched graph, (N, d)) -> (N, d)``."""
         if getattr(graph, "is_block", False):
             raise ValueError("global self-attention needs whole graphs, not message-flow blocks")
-        graph_id, slot, n_max = dense_batch_index(graph, feat.device)
+        flat, keep, n_max = _padded_layout(graph, feat.device)
         if n_max == 0:
             return feat
         attention = self.attention
@@ -84,10 +84,8 @@ class GlobalSelfAttention(nn.Module):
         qkv = F.linear(feat, attention.in_proj_weight, attention.in_proj_bias)
         # rows by flat slot, with index_copy / index_select: backwards a gather and an index_add_ (indexing's
         # backward, an index_put_ with accumulation, sorts the index every step)
-        flat = graph_id * n_max + slot
         dense = qkv.new_zeros(batch_size * n_max, 3 * d).index_copy(0, flat, qkv)
         query, key, value = dense.view(batch_size, n_max, 3, heads, d // heads).permute(2, 0, 3, 1, 4).unbind(0)
-        keep = _key_mask(graph_id, slot, batch_size, n_max)
         p = attention.dropout if attention.training else 0.0  # the module that holds the rate decides, as before
         if p > 0.0 and feat.device.type == "cpu":
             out = _attention_with_dropout(query, key, value, keep, p)
@@ -97,14 +95,21 @@ class GlobalSelfAttention(nn.Module):
         return F.linear(out, attention.out_proj.weight, attention.out_proj.bias)
 
 
-def _key_mask(graph_id: torch.Tensor, slot: torch.Tensor, batch_size: int, n_max: int) -> torch.Tensor:
-    """``(batch_size, 1, 1, n_max)``, True where a slot holds a node: the keys each query may attend to."""
-    keep = torch.zeros(batch_size, n_max, dtype=torch.bool, device=graph_id.device)
-    keep[graph_id, slot] = True
-    # A graph without nodes would mask every key and make softmax NaN; its (unused) first slot is a key
-    # instead so the padded rows stay finite.
-    keep[:, 0] = True
-    return keep.view(batch_size, 1, 1, n_max)
+def _padded_layout(graph, device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``(flat, keep, n_max)``: every node's row in the padded ``(batch_size * n_max)`` layout, and the
+    ``(batch_size, 1, 1, n_max)`` key mask, True where a slot holds a node. Cached on the graph per device
+    beside :func:`dense_batch_index`, so the layers of one model step share them."""
+    cache = graph.__dict__.setdefault("_gpse_padded_layout", {})
+    key = str(device)
+    if key not in cache:
+        graph_id, slot, n_max = dense_batch_index(graph, device)
+        keep = torch.zeros(graph.batch_size, n_max, dtype=torch.bool, device=device)
+        keep[graph_id, slot] = True
+        # A graph without nodes would mask every key and make softmax NaN; its (unused) first slot is a key
+        # instead so the padded rows stay finite.
+        keep[:, :1] = True
+        cache[key] = (graph_id * n_max + slot, keep.view(graph.batch_size, 1, 1, n_max), n_max)
+    return cache[key]
 
 
 def _attention_with_dropout(query, key, value, keep: torch.Tensor, p: float) -> torch.Tensor:
