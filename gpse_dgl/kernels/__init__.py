@@ -22,11 +22,14 @@ the function that runs it (which may itself return ``None``, a Triton kernel tha
 the next kernel, or torch, runs). Nothing outside this package imports its modules
 (``tests/test_layering.py``).
 
-Adding a kernel is one source file and one line of :data:`KERNELS`. The file: a Triton kernel beside
-:mod:`.triton_kernels` with its host side in a module here, or a C++ source in ``csrc/`` (every ``.cpp`` there
-is compiled into the one extension and binds its own entry points, ``gpse_native::Binding`` in ``csrc/native.h``)
-with the ``supports`` and ``run`` that call ``cpu.kernel().<name>`` in a module here. The line:
-``Kernel(op, path, device, autograd, takes, run)``. ``docs/ARCHITECTURE.md`` ("kernels") walks through it.
+Adding a kernel: a source file, its module here (imported below) and one line of :data:`KERNELS`. The file: a
+Triton kernel beside :mod:`.triton_kernels` with its host side in a module here, or a C++ source in ``csrc/``
+(every ``.cpp`` there is compiled into the one extension and binds its own entry points, ``gpse_native::Binding``
+in ``csrc/native.h``) with the ``supports`` and ``run`` that call ``cpu.kernel().<name>`` in a module here. The
+line: ``Kernel(op, path, device, autograd, takes, run)``. A kernel of a new message-passing op also needs its
+caller in :mod:`gpse_dgl.nn.ops` and the op's ``"auto"`` rule here (:data:`TORCH_FIRST` or :data:`KERNEL_FIRST`,
+and :data:`UNFUSED_BY_RULE` if its fallback is the other ops' rule); ``tests/test_kernel_paths.py`` checks that
+:func:`paths` reports what the op runs. ``docs/ARCHITECTURE.md`` ("kernels") walks through it.
 
 Example
 -------
@@ -53,7 +56,7 @@ from .dropout import draw_seed
 
 __all__ = ["BACKENDS", "GatedCSR", "KERNELS", "Kernel", "PATHS", "PackedSources", "accumulates_in_place",
            "available", "describe", "disabled", "dgl_supports", "draw_seed", "kernels_for", "pack_sources",
-           "packed_gated_sum", "packed_shape", "packs_sources", "paths", "resolve_backend", "run"]
+           "packed_gated_sum", "packed_shape", "packs_sources", "path_of", "paths", "resolve_backend", "run"]
 
 PATHS = ("dgl", "fused-cpu", "triton", "torch")
 #: What :mod:`gpse_dgl.nn.ops` takes as ``backend=``: ``"dgl"`` is the ``dgl`` path; ``"torch"`` is
@@ -145,6 +148,10 @@ TORCH_FIRST = ("gated_sum", "relu_sum", "edge_gated_sum")
 #: molecules from 32 to 2,048 (77,326 edges), their plain torch ops only on small graphs; on uniform random graphs
 #: of 200,000 edges and more DGL's sum and mean are level or faster (``benchmarks/aggregation_speed.py``, RESULTS 21).
 KERNEL_FIRST = ("copy_u_sum", "copy_u_mean")
+#: The ops that, where their rule picks ``"torch"`` but no kernel takes the operands, run by the rule of the other
+#: ops (DGL's kernels or torch's, :func:`resolve_backend` without ``op``) rather than by their own torch ops: the
+#: neighbour sum and mean, and GatedGCN's edge-gated sum, whose unfused ops each pick their path.
+UNFUSED_BY_RULE = KERNEL_FIRST + ("edge_gated_sum",)
 #: The limit of :data:`KERNEL_FIRST`: 2**17, between the largest batch measured (77,326 edges) and the smallest
 #: random graph (200,000); sizes in between were not measured.
 KERNEL_GRAPH_EDGES = 1 << 17
@@ -182,20 +189,32 @@ def packs_sources(device: torch.device, dtype: torch.dtype) -> bool:
             and resolve_backend(None, device, "gated_sum") == "torch" and cpu.available())
 
 
-def paths(device) -> dict[str, str]:
-    """The path each op takes on ``device`` for float32 rows: ``message_passing`` (the other ops of
-    :mod:`gpse_dgl.nn.ops`), then each op of :data:`KERNELS` (training and inference alike where a kernel
-    takes both; the ``triton`` ones are inference only)."""
+def path_of(op: str, device, backend: str | None = None, num_edges: int | None = None) -> str:
+    """The path ``op`` takes on ``device`` for float32 rows (on a graph of ``num_edges`` edges where the rule
+    looks at it), by the rule of :mod:`gpse_dgl.nn.ops`: the message-passing ops of :data:`TORCH_FIRST` and
+    :data:`KERNEL_FIRST` take DGL where their rule picks ``"dgl"``; every op takes its first kernel for the device
+    that can run here; without one, the ops of :data:`UNFUSED_BY_RULE` fall back to the rule of the other ops and
+    the rest to their torch ops. ``tests/test_kernel_paths.py`` checks this against what the ops run."""
     device = torch.device(device)
-    chosen = {"message_passing": resolve_backend(None, device)}
+    if op in TORCH_FIRST + KERNEL_FIRST and resolve_backend(backend, device, op, num_edges) == "dgl":
+        return "dgl"
     for kernel in KERNELS:
-        if kernel.op in chosen:
-            continue
-        if kernel.op == "gated_sum" and resolve_backend(None, device, "gated_sum") == "dgl":
-            chosen[kernel.op] = "dgl"
-        elif kernel.device == device.type and _AVAILABLE[kernel.path]():
-            chosen[kernel.op] = kernel.path
-    return {**chosen, **{k.op: "torch" for k in KERNELS if k.op not in chosen}}
+        if kernel.op == op and kernel.device == device.type and available(kernel.path):
+            return kernel.path
+    if op in UNFUSED_BY_RULE:
+        return resolve_backend(backend, device, num_edges=num_edges)
+    return "torch"
+
+
+def paths(device, num_edges: int | None = None) -> dict[str, str]:
+    """The path each op takes on ``device`` for float32 rows (:func:`path_of`): ``message_passing`` (the other ops
+    of :mod:`gpse_dgl.nn.ops`), then each op of :data:`KERNELS` (training and inference alike where a kernel takes
+    both; the ``triton`` ones are inference only). ``num_edges``: a graph's size, where the rule looks at it
+    (None: a graph above :data:`SMALL_GRAPH_EDGES` and up to :data:`KERNEL_GRAPH_EDGES` edges)."""
+    chosen = {"message_passing": resolve_backend(None, device, num_edges=num_edges)}
+    for kernel in KERNELS:
+        chosen.setdefault(kernel.op, path_of(kernel.op, device, num_edges=num_edges))
+    return chosen
 
 
 def describe(device) -> str:

@@ -1,0 +1,87 @@
+"""``kernels.paths`` (what ``gpse-dgl info`` and ``metrics.json`` report) against the path each message-passing op
+of ``gpse_dgl.nn.ops`` actually runs, under every ``GPSE_DGL_BACKEND``."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import gpse_dgl  # noqa: F401  (sets DGLBACKEND before dgl is imported)
+import dgl
+
+from gpse_dgl import kernels
+from gpse_dgl.nn import ops
+
+DGL_OPS = ("copy_u_sum", "copy_u_mean", "copy_e_sum", "u_add_v", "u_mul_e_sum")
+
+
+def _operands(graph, d=8):
+    gen = torch.Generator().manual_seed(0)
+    n, m = graph.num_nodes(), graph.num_edges()
+
+    def rows(count):
+        return torch.randn(count, d, generator=gen, requires_grad=True)
+
+    return {
+        "relu_sum": lambda: ops.relu_sum(graph, rows(n), rows(m)),
+        "edge_gated_sum": lambda: ops.edge_gated_sum(graph, rows(n), rows(n), rows(n), rows(m), eps=1e-6),
+        "copy_u_sum": lambda: ops.copy_u_sum(graph, rows(n)),
+        "copy_u_mean": lambda: ops.copy_u_mean(graph, rows(n)),
+        "gated_sum": lambda: ops.gated_sum(graph, rows(n), rows(n), rows(n)),
+    }
+
+
+def _path_taken(monkeypatch, run) -> str:
+    """The path ``run()`` took: the registry kernel that returned a result, else DGL's if a ``dgl.ops`` kernel was
+    called, else torch's."""
+    taken = []
+
+    def recording(kernel):
+        def run_kernel(*operands, **options):
+            result = kernel.run(*operands, **options)
+            if result is not None:
+                taken.append(kernel.path)
+            return result
+        return dataclasses.replace(kernel, run=run_kernel)
+
+    def recording_dgl(name, function):
+        def run_dgl(*args, **kwargs):
+            taken.append("dgl")
+            return function(*args, **kwargs)
+        return run_dgl
+
+    with monkeypatch.context() as patch:
+        patch.setattr(kernels, "KERNELS", tuple(recording(k) for k in kernels.KERNELS))
+        for name in DGL_OPS:
+            patch.setattr(dgl.ops, name, recording_dgl(name, getattr(dgl.ops, name)))
+        run()
+    return taken[0] if taken else "torch"
+
+
+@pytest.mark.parametrize("backend", ["auto", "dgl", "torch"])
+@pytest.mark.parametrize("kernel_graph_edges", [kernels.KERNEL_GRAPH_EDGES, 16])
+def test_paths_report_what_the_ops_run(monkeypatch, backend, kernel_graph_edges):
+    """Every backend, on a batch-sized graph and (with the kernel-first limit lowered below its size) on a graph
+    above that limit."""
+    monkeypatch.setenv("GPSE_DGL_BACKEND", backend)
+    monkeypatch.setattr(kernels, "KERNEL_GRAPH_EDGES", kernel_graph_edges)
+    graph = dgl.to_bidirected(dgl.rand_graph(30, 60))
+    reported = kernels.paths("cpu", num_edges=graph.num_edges())
+    for op, run in _operands(graph).items():
+        assert _path_taken(monkeypatch, run) == reported[op], (op, backend)
+    if backend == "dgl":  # a backend asked for is what every message-passing op reports
+        assert {reported[op] for op in _operands(graph)} == {"dgl"}
+
+
+def test_path_of_without_a_kernel_follows_each_ops_fallback(monkeypatch):
+    """With no kernel for the device (here: none in the registry), the neighbour sums and the edge-gated sum take
+    the other ops' rule, GINE's and the encoder's sums their own torch ops."""
+    monkeypatch.delenv("GPSE_DGL_BACKEND", raising=False)
+    monkeypatch.setattr(kernels, "KERNELS", ())
+    large = kernels.SMALL_GRAPH_EDGES + 1
+    assert kernels.path_of("copy_u_sum", "cpu", num_edges=large) == "dgl"
+    assert kernels.path_of("edge_gated_sum", "cpu", num_edges=large) == "dgl"
+    assert kernels.path_of("edge_gated_sum", "cpu", num_edges=10) == "torch"
+    assert kernels.path_of("relu_sum", "cpu", num_edges=large) == "torch"
+    assert kernels.path_of("gated_sum", "cpu", num_edges=large) == "torch"
