@@ -231,8 +231,9 @@ class EdgeCSR:
     graph object (:meth:`of`) and shared by every layer and kernel: a training batch is a new graph every step."""
 
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
-        (self.dst_indptr, self.dst_src, self.dst_eid, self.src_indptr, self.src_dst,
-         self.src_eid) = kernel().edge_csr(src, dst, num_src, num_dst)
+        #: the six arrays as the kernels take them, one list (``csrc/edge_csr.h`` reads them by name)
+        self.arrays = kernel().edge_csr(src, dst, num_src, num_dst)
+        (self.dst_indptr, self.dst_src, self.dst_eid, self.src_indptr, self.src_dst, self.src_eid) = self.arrays
 
     @classmethod
     def of(cls, graph) -> "EdgeCSR":

@@ -45,6 +45,5 @@ def edge_gated_sum(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: t
     """``(out, logits)`` as float32 ``(num_dst_nodes, d)`` and ``(E, d)``, with autograd (:func:`supports` must
     hold)."""
     csr = cpu.EdgeCSR.of(graph)
-    out, logits = cpu.kernel().edge_gated_sum(val, dst_gate, src_gate, edge_gate, float(eps), csr.dst_indptr,
-                                              csr.dst_src, csr.dst_eid, csr.src_indptr, csr.src_eid, csr.src_dst)
+    out, logits = cpu.kernel().edge_gated_sum(val, dst_gate, src_gate, edge_gate, float(eps), csr.arrays)
     return out, logits

@@ -43,5 +43,4 @@ def relu_sum(graph, x: torch.Tensor, edge_feat: torch.Tensor, self_weight: float
     x = x if x.stride(-1) == 1 else x.contiguous()
     edge_feat = edge_feat if edge_feat.stride(-1) == 1 else edge_feat.contiguous()
     csr = cpu.EdgeCSR.of(graph)
-    return cpu.kernel().relu_sum(x, edge_feat, float(self_weight), csr.dst_indptr, csr.dst_src, csr.dst_eid,
-                                 csr.src_indptr, csr.src_dst, csr.src_eid)
+    return cpu.kernel().relu_sum(x, edge_feat, float(self_weight), csr.arrays)

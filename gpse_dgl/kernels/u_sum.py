@@ -37,11 +37,11 @@ def u_sum(graph, x: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
     """``self_weight * x[v] + sum_{u -> v} x[u]`` as float32 ``(num_dst_nodes, d)``, with autograd
     (:func:`supports` must hold)."""
     csr = cpu.EdgeCSR.of(graph)
-    return cpu.kernel().u_sum(x, float(self_weight), False, csr.dst_indptr, csr.dst_src, csr.src_indptr, csr.src_dst)
+    return cpu.kernel().u_sum(x, float(self_weight), False, csr.arrays)
 
 
 def u_mean(graph, x: torch.Tensor) -> torch.Tensor:
     """``mean_{u -> v} x[u]`` (0 without in-edges) as float32 ``(num_dst_nodes, d)``, with autograd: the sum of
     :func:`u_sum` divided in the same pass (:func:`supports` must hold)."""
     csr = cpu.EdgeCSR.of(graph)
-    return cpu.kernel().u_sum(x, 0.0, True, csr.dst_indptr, csr.dst_src, csr.src_indptr, csr.src_dst)
+    return cpu.kernel().u_sum(x, 0.0, True, csr.arrays)

@@ -2,7 +2,7 @@
 // u_sum.cpp), by one counting sort per direction: O(E + n), stable (edge-id order within a node), where torch's
 // argsort, bincount, cumsum and gathers take several passes and a sort. Built once per graph (EdgeCSR in cpu.py),
 // before the first layer of every training step, so its cost is part of each step.
-#include "native.h"
+#include "edge_csr.h"
 
 namespace {
 
@@ -23,8 +23,8 @@ std::pair<at::Tensor, at::Tensor> counting_sort(const int64_t* key, int64_t num_
   return {indptr, order};
 }
 
-// [dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid]: the in-edges of each destination (their sources
-// and edge ids) and the out-edges of each source (their destinations and edge ids); src and dst int64 on the CPU.
+// The arrays of graph_csr::EdgeCsr, in the order of its fields: the in-edges of each destination (their sources and
+// edge ids) and the out-edges of each source (their destinations and edge ids); src and dst int64 on the CPU.
 std::vector<at::Tensor> edge_csr(at::Tensor src, at::Tensor dst, int64_t num_src, int64_t num_dst) {
   GPSE_PROFILED("EdgeCSR");
   gpse_native::check(src.scalar_type() == at::kLong && dst.scalar_type() == at::kLong && src.dim() == 1 &&
@@ -46,7 +46,7 @@ std::vector<at::Tensor> edge_csr(at::Tensor src, at::Tensor dst, int64_t num_src
     ds[i] = s[by_dst[i]];
     sd[i] = d[by_src[i]];
   }
-  return {dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid};
+  return graph_csr::EdgeCsr{dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid}.arrays();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 // Rows are float32 or bfloat16 (one dtype; a column slice of a wider projection too); logits, gates and every
 // sum are float32, and each node's edges are summed in edge-id order on one thread, so the result does not depend
 // on the number of threads.
+#include "edge_csr.h"
 #include "gated_sum.h"
 
 namespace {
@@ -27,9 +28,7 @@ using gated::Rows;
 using gated::sigmoid;
 using gated::store;
 
-struct Graph {  // in-edges by destination (sources, edge ids); out-edges by source (edge ids, destinations)
-  at::Tensor dst_indptr, dst_src, dst_eid, src_indptr, src_eid, src_dst;
-};
+using Graph = graph_csr::EdgeCsr;
 
 template <typename T>
 void forward_kernel(const Graph& g, Rows<T> val, Rows<T> dg, Rows<T> sg, Rows<T> eg, float eps, float* out,
@@ -171,11 +170,10 @@ void check_inputs(const Graph& g, const at::Tensor& val, const at::Tensor& dg, c
 struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor val,
                                                 at::Tensor dg, at::Tensor sg, at::Tensor eg, double eps,
-                                                at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor dst_eid,
-                                                at::Tensor src_indptr, at::Tensor src_eid, at::Tensor src_dst) {
-    const Graph g{dst_indptr, dst_src, dst_eid, src_indptr, src_eid, src_dst};
+                                                std::vector<at::Tensor> csr) {
+    const Graph g = Graph::from(csr);
     check_inputs(g, val, dg, sg, eg);
-    const int64_t n = dst_indptr.numel() - 1, d = val.size(1);
+    const int64_t n = g.num_dst(), d = val.size(1);
     const auto floats = val.options().dtype(at::kFloat);
     at::Tensor out = at::empty({n, d}, floats), den = at::empty({n, d}, floats);
     at::Tensor logits = at::empty({eg.size(0), d}, floats);
@@ -185,7 +183,9 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
                         static_cast<float>(eps), out.data_ptr<float>(), den.data_ptr<float>(),
                         logits.data_ptr<float>(), n, d);
     });
-    ctx->save_for_backward({val, out, den, logits, dst_indptr, dst_src, dst_eid, src_indptr, src_eid, src_dst});
+    std::vector<at::Tensor> saved{val, out, den, logits}, arrays = g.arrays();
+    saved.insert(saved.end(), arrays.begin(), arrays.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["dtype"] = static_cast<int64_t>(dg.scalar_type());
     return {out, logits};
   }
@@ -194,7 +194,7 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &val = saved[0], &out = saved[1], &den = saved[2], &logits = saved[3];
-    const Graph g{saved[4], saved[5], saved[6], saved[7], saved[8], saved[9]};
+    const Graph g = Graph::from(saved, 4);
     const int64_t n_dst = out.size(0), n_src = val.size(0), d = val.size(1);
     const at::Tensor grad_out = grads[0].defined() ? grads[0].to(at::kFloat).contiguous() : at::Tensor();
     const at::Tensor grad_in = grads[1].defined() ? grads[1].to(at::kFloat).contiguous() : at::Tensor();
@@ -212,20 +212,17 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
                             grad_sg.data_ptr<T>(), grad_val.data_ptr<T>(), n_src, d);
     });
     const auto edge_dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
-    return {grad_val,     grad_dg,      grad_sg,      grad_logit.to(edge_dtype), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(),              at::Tensor()};
+    return {grad_val, grad_dg, grad_sg, grad_logit.to(edge_dtype), at::Tensor(), at::Tensor()};
   }
 };
 
 // (out (n_dst, d), logits (E, d)), both float32, with autograd; val and src_gate: (n_src, d), dst_gate: (n_dst, d),
-// edge_gate: (E, d), one dtype (float32 or bfloat16), rows contiguous; the CSRs as cpu.EdgeCSR
+// edge_gate: (E, d), one dtype (float32 or bfloat16), rows contiguous; csr: the arrays of edge_csr, as cpu.EdgeCSR
 // holds them.
 std::vector<at::Tensor> edge_gated_sum(at::Tensor val, at::Tensor dst_gate, at::Tensor src_gate, at::Tensor edge_gate,
-                                       double eps, at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor dst_eid,
-                                       at::Tensor src_indptr, at::Tensor src_eid, at::Tensor src_dst) {
+                                       double eps, std::vector<at::Tensor> csr) {
   GPSE_PROFILED("EdgeGatedSum");
-  return EdgeGatedSum::apply(val, dst_gate, src_gate, edge_gate, eps, dst_indptr, dst_src, dst_eid, src_indptr,
-                             src_eid, src_dst);
+  return EdgeGatedSum::apply(val, dst_gate, src_gate, edge_gate, eps, csr);
 }
 
 }  // namespace

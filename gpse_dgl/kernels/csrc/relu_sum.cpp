@@ -11,11 +11,13 @@
 // backward, which at a batch of small molecules costs more than the kernels themselves.
 // Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
 // so the result does not depend on the number of threads.
+#include "edge_csr.h"
 #include "gated_sum.h"
 #include "node_sums.h"
 
 namespace {
 
+using graph_csr::EdgeCsr;
 using gated::load;
 using gated::Rows;
 
@@ -85,13 +87,7 @@ void check_inputs(const at::Tensor& indptr, const at::Tensor& src, const at::Ten
   TORCH_CHECK(x.scalar_type() == ef.scalar_type(), "x, ef: one dtype");
 }
 
-// The graph's two CSRs: in-edges by destination with their sources and edge ids (forward), out-edges by source
-// with their destinations and edge ids (backward).
-struct Graph {
-  at::Tensor dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid;
-};
-
-at::Tensor run_forward(const Graph& g, const at::Tensor& x, const at::Tensor& ef, double self_weight) {
+at::Tensor run_forward(const EdgeCsr& g, const at::Tensor& x, const at::Tensor& ef, double self_weight) {
   const int64_t n = g.dst_indptr.numel() - 1, d = x.size(1);
   check_inputs(g.dst_indptr, g.dst_src, g.dst_eid, x, ef, n);
   gated::check_csr(g.src_indptr, g.src_dst, x.size(0));  // the backward's CSR, checked where the call is made
@@ -108,7 +104,7 @@ at::Tensor run_forward(const Graph& g, const at::Tensor& x, const at::Tensor& ef
 }
 
 // grad_ef (float32, (E, d)) and, when asked for, grad_x (x's dtype), in one pass by source.
-std::pair<at::Tensor, at::Tensor> run_backward(const Graph& g, const at::Tensor& x, const at::Tensor& ef,
+std::pair<at::Tensor, at::Tensor> run_backward(const EdgeCsr& g, const at::Tensor& x, const at::Tensor& ef,
                                                double self_weight, at::Tensor grad_out, bool want_x) {
   const int64_t n_dst = g.dst_indptr.numel() - 1, n_src = x.size(0), d = x.size(1);
   grad_out = grad_out.to(at::kFloat).contiguous();
@@ -127,31 +123,30 @@ std::pair<at::Tensor, at::Tensor> run_backward(const Graph& g, const at::Tensor&
 
 struct ReluSum : public torch::autograd::Function<ReluSum> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor ef, double self_weight,
-                            at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor dst_eid, at::Tensor src_indptr,
-                            at::Tensor src_dst, at::Tensor src_eid) {
-    ctx->save_for_backward({x, ef, dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid});
+                            std::vector<at::Tensor> csr) {
+    const EdgeCsr g = EdgeCsr::from(csr);
+    std::vector<at::Tensor> saved{x, ef}, arrays = g.arrays();
+    saved.insert(saved.end(), arrays.begin(), arrays.end());
+    ctx->save_for_backward(saved);
     ctx->saved_data["self_weight"] = self_weight;
-    return run_forward({dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid}, x, ef, self_weight);
+    return run_forward(g, x, ef, self_weight);
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    const Graph g{saved[2], saved[3], saved[4], saved[5], saved[6], saved[7]};
-    auto [grad_ef, grad_x] = run_backward(g, saved[0], saved[1], ctx->saved_data["self_weight"].toDouble(),
-                                          grads[0], ctx->needs_input_grad(0));
+    auto [grad_ef, grad_x] = run_backward(EdgeCsr::from(saved, 2), saved[0], saved[1],
+                                          ctx->saved_data["self_weight"].toDouble(), grads[0], ctx->needs_input_grad(0));
     at::Tensor grad_e = ctx->needs_input_grad(1) ? grad_ef.to(saved[1].scalar_type()) : at::Tensor();
-    return {grad_x,       grad_e,       at::Tensor(), at::Tensor(), at::Tensor(),
-            at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, grad_e, at::Tensor(), at::Tensor()};
   }
 };
 
 // out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum, with autograd (x: (n_src, d) and ef: (E, d),
-// float32 or bfloat16 of one dtype, rows contiguous; the CSRs as cpu.EdgeCSR holds them).
-at::Tensor relu_sum(at::Tensor x, at::Tensor ef, double self_weight, at::Tensor dst_indptr, at::Tensor dst_src,
-                    at::Tensor dst_eid, at::Tensor src_indptr, at::Tensor src_dst, at::Tensor src_eid) {
+// float32 or bfloat16 of one dtype, rows contiguous; csr: the arrays of edge_csr, as cpu.EdgeCSR holds them).
+at::Tensor relu_sum(at::Tensor x, at::Tensor ef, double self_weight, std::vector<at::Tensor> csr) {
   GPSE_PROFILED("ReluSum");
-  return ReluSum::apply(x, ef, self_weight, dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid);
+  return ReluSum::apply(x, ef, self_weight, csr);
 }
 
 }  // namespace

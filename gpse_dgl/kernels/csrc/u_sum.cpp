@@ -6,6 +6,7 @@
 // The autograd function (USum, bound as `u_sum`) is C++'s own: no Python runs forward or backward.
 // Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
 // so the result does not depend on the number of threads.
+#include "edge_csr.h"
 #include "gated_sum.h"
 #include "node_sums.h"
 
@@ -41,24 +42,25 @@ void sum_kernel(const int64_t* indptr, const int64_t* index, Rows<T> x, float se
 
 struct USum : public torch::autograd::Function<USum> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, double self_weight, bool mean,
-                            at::Tensor dst_indptr, at::Tensor dst_src, at::Tensor src_indptr, at::Tensor src_dst) {
-    const int64_t n = dst_indptr.numel() - 1, d = x.size(1);
-    gated::check_csr(dst_indptr, dst_src, n);
-    gated::check_csr(src_indptr, src_dst, src_indptr.numel() - 1);
+                            std::vector<at::Tensor> csr) {
+    const graph_csr::EdgeCsr g = graph_csr::EdgeCsr::from(csr);
+    const int64_t n = g.num_dst(), d = x.size(1);
+    gated::check_csr(g.dst_indptr, g.dst_src, n);
+    gated::check_csr(g.src_indptr, g.src_dst, g.num_src());
     gated::check_rows(x, "x", d);
-    gpse_native::check(src_indptr.numel() - 1 == x.size(0), "one source CSR row per row of x");
+    gpse_native::check(g.num_src() == x.size(0), "one source CSR row per row of x");
     gpse_native::check(self_weight == 0.0 || n <= x.size(0), "the self term needs a row of x per destination");
     gpse_native::check(self_weight == 0.0 || !mean, "the mean takes no self term");
     at::Tensor out = at::empty({n, d}, x.options().dtype(at::kFloat));
     gated::dispatch(x, [&](auto tag) {
       using T = decltype(tag);
-      sum_kernel<T>(dst_indptr.data_ptr<int64_t>(), dst_src.data_ptr<int64_t>(), gated::rows<T>(x),
+      sum_kernel<T>(g.dst_indptr.data_ptr<int64_t>(), g.dst_src.data_ptr<int64_t>(), gated::rows<T>(x),
                     static_cast<float>(self_weight), mean, out.data_ptr<float>(), n, d);
     });
     // the mean's backward divides grad_out by the in-degrees (at least 1), as the forward pass divided the sums
-    const at::Tensor divisors = mean ? (dst_indptr.slice(0, 1) - dst_indptr.slice(0, 0, n)).clamp_min(1).to(at::kFloat)
-                                     : at::Tensor();
-    ctx->save_for_backward({src_indptr, src_dst, divisors});
+    const at::Tensor divisors =
+        mean ? (g.dst_indptr.slice(0, 1) - g.dst_indptr.slice(0, 0, n)).clamp_min(1).to(at::kFloat) : at::Tensor();
+    ctx->save_for_backward({g.src_indptr, g.src_dst, divisors});
     ctx->saved_data["self_weight"] = self_weight;
     ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
     ctx->saved_data["rows"] = x.size(0);
@@ -80,17 +82,16 @@ struct USum : public torch::autograd::Function<USum> {
                                 grad_out.data_ptr<float>(), static_cast<float>(ctx->saved_data["self_weight"].toDouble()),
                                 grad_out.size(0), grad_x.data_ptr<T>(), rows, d);
     });
-    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    return {grad_x, at::Tensor(), at::Tensor(), at::Tensor()};
   }
 };
 
 // out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum over each destination's in-edges of x[u] (with
 // `mean`: that sum over the in-degree, no self term), with autograd (x: (n_src, d), float32 or bfloat16, rows
-// contiguous; the CSRs as cpu.EdgeCSR holds them).
-at::Tensor u_sum(at::Tensor x, double self_weight, bool mean, at::Tensor dst_indptr, at::Tensor dst_src,
-                 at::Tensor src_indptr, at::Tensor src_dst) {
+// contiguous; csr: the arrays of edge_csr, as cpu.EdgeCSR holds them).
+at::Tensor u_sum(at::Tensor x, double self_weight, bool mean, std::vector<at::Tensor> csr) {
   GPSE_PROFILED("USum");
-  return USum::apply(x, self_weight, mean, dst_indptr, dst_src, src_indptr, src_dst);
+  return USum::apply(x, self_weight, mean, csr);
 }
 
 }  // namespace
