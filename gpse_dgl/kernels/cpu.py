@@ -17,14 +17,18 @@ on large graphs packs a layer's sources once and sums by column blocks that stay
 ``csrc/dropout.cpp`` draws dropout masks from a counter-based generator, thread-parallel and vectorised
 (:mod:`gpse_dgl.kernels.dropout`; torch's CPU dropout draws them one element at a time). ``csrc/residual.cpp``
 runs the encoder's residual step ``h + normalize(relu(dropout(z)))`` in one pass per row, forward and
-backward (:mod:`gpse_dgl.kernels.residual`).
+backward (:mod:`gpse_dgl.kernels.residual`). The downstream layers' kernels (GINE's ReLU sum, GatedGCN's edge-gated
+sum, GIN's, GCN's and GraphSAGE's neighbour sums, the BatchNorm step) are in the same extension, with their Python
+halves in :mod:`.relu_sum`, :mod:`.edge_gated_sum`, :mod:`.u_sum` and :mod:`.batch_norm_act`; they read a graph's
+CSRs from :class:`EdgeCSR`.
 
 The kernels are compiled with the machine's C++ compiler the first time they are needed (about a minute,
 once per machine, source and torch version, announced by one line on stderr); the build is kept under
 ``$TORCH_EXTENSIONS_DIR/gpse_dgl`` (default ``~/.cache/torch_extensions/gpse_dgl``).
-Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None and the ``torch`` path
-runs: ``gated_sum`` takes torch ops, dropout is torch's and the residual step runs torch ops; :func:`describe`
-says which path runs and why (``gpse-dgl info`` prints it, run records store it).
+Without a compiler or ``ninja``, or with ``GPSE_DGL_NATIVE=0``, :func:`kernel` is None and every op runs as
+:mod:`gpse_dgl.nn` writes it without kernels (torch ops, or DGL's kernels where the backend rule picks them:
+:func:`gpse_dgl.kernels.path_of`); :func:`describe` says which path runs and why (``gpse-dgl info`` prints it, run
+records store it).
 
 Example
 -------
@@ -186,8 +190,8 @@ def available() -> bool:
 
 
 def describe() -> str:
-    """One line: which path the CPU gated aggregation, dropout and residual step take (``fused-cpu`` or
-    ``torch``), and why."""
+    """One line: whether the CPU's kernels run (``fused-cpu``, with the sources built) or not (``torch``), and
+    why."""
     if kernel() is not None:
         kernels = ", ".join(path.name for path in SOURCES if path.name != "bindings.cpp")
         return f"fused-cpu: {kernels}, built with {' '.join(CFLAGS)}"

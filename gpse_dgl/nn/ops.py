@@ -122,13 +122,14 @@ def u_dot_v(graph, src_feat, dst_feat, backend=None):
 
 
 def copy_u(graph, src_feat, backend=None):
-    """Per edge ``src_feat[u]``."""
+    """Per edge ``src_feat[u]`` (a gather: one path on every backend; ``backend`` is taken for a uniform
+    signature)."""
     src, _ = edge_index(graph, src_feat.device)
     return _gather(src_feat, src).to(src_feat.dtype)
 
 
 def copy_v(graph, dst_feat, backend=None):
-    """Per edge ``dst_feat[v]``."""
+    """Per edge ``dst_feat[v]`` (a gather, as :func:`copy_u`)."""
     _, dst = edge_index(graph, dst_feat.device)
     return _gather(dst_feat, dst).to(dst_feat.dtype)
 
