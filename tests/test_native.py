@@ -546,11 +546,11 @@ def test_gradient_buffers_must_have_the_rows_dtype():
     csr = cpu.GatedCSR.of(graph)
     grad_out = torch.zeros(graph.num_nodes(), 8)
     with pytest.raises(RuntimeError, match=r"^grad_k must be contiguous, \(\d+, 8\), of the rows' dtype"):
-        cpu.kernel().grad_key(csr.dst_indptr, csr.dst_index, rows, rows, rows, *cpu.factors(rows), grad_out,
-                                 torch.zeros(graph.num_nodes(), 8))
+        cpu.kernel().gated_sum_grad_key(csr.dst_indptr, csr.dst_index, rows, rows, rows, *cpu.factors(rows),
+                                        grad_out, torch.zeros(graph.num_nodes(), 8))
     with pytest.raises(RuntimeError, match="grad_val must be contiguous"):
-        cpu.kernel().grad_source(*csr.by_source, rows, rows, rows, *cpu.factors(rows), grad_out,
-                                    torch.empty(0), torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16).t())
+        cpu.kernel().gated_sum_grad_source(*csr.by_source, rows, rows, rows, *cpu.factors(rows), grad_out,
+                                           torch.empty(0), torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16).t())
 
 
 def test_each_environment_keeps_a_build_of_its_own(monkeypatch, tmp_path):

@@ -286,7 +286,7 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
         _kept.clear()  # the stale factors go before the new ones are allocated: one buffer at a time at most
     factor = memory.empty(tuple(x.shape), dtype=x.dtype)  # read in random order, like the rows themselves
     flags = torch.empty(x.shape[0], dtype=torch.uint8)
-    kernel().factors(x, factor, flags)
+    kernel().gated_sum_factors(x, factor, flags)
     if keep:
         _kept.update(tensor=weakref.ref(x), version=tensor_version(x), factors=(factor, flags))
         weakref.finalize(x, _forget)  # the factors go when the tensor goes
@@ -315,7 +315,7 @@ def packed_shape(num_rows: int, dim: int, dtype: torch.dtype) -> tuple:
     ``(blocks, num_rows, 2 * lanes)`` with ``lanes`` = 64 bytes of ``dtype`` (padded past ``dim``)."""
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"packed sources are float32 or bfloat16, not {dtype}")
-    return tuple(_module("packed sources").packed_shape(num_rows, dim, dtype.itemsize))
+    return tuple(_module("packed sources").gated_sum_packed_shape(num_rows, dim, dtype.itemsize))
 
 
 def pack_sources(query: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> PackedSources:
@@ -332,7 +332,7 @@ def pack_sources(query: torch.Tensor, value: torch.Tensor, out: torch.Tensor) ->
         raise ValueError("pack_sources needs float32 or bfloat16 rows on the CPU, the compiled kernels, and a slab "
                          "of packed_shape() in their dtype")
     flags = torch.empty(query.shape[0], dtype=torch.uint8)
-    kernel().pack(query, value, out, flags)
+    kernel().gated_sum_pack(query, value, out, flags)
     return PackedSources(query, out, flags)
 
 
@@ -348,7 +348,8 @@ def packed_gated_sum(indptr: torch.Tensor, index: torch.Tensor, key: torch.Tenso
     if not accumulates_in_place(out):
         raise ValueError("packed_gated_sum adds into float32 rows that do not overlap "
                          "(a 2-D tensor, unit column stride)")
-    _module("packed_gated_sum").packed_forward(indptr, index, key, sources.query, sources.slab, sources.flags, out)
+    _module("packed_gated_sum").gated_sum_packed_forward(indptr, index, key, sources.query, sources.slab,
+                                                         sources.flags, out)
 
 
 def _module(what: str):
@@ -372,7 +373,7 @@ class _NativeGatedSum(torch.autograd.Function):
         ctx.csr = csr
         ctx.save_for_backward(dst_gate, src_gate, src_feat)
         out = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32)
-        kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate), out)
+        kernel().gated_sum_forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate), out)
         return out
 
     @staticmethod
@@ -386,14 +387,14 @@ class _NativeGatedSum(torch.autograd.Function):
         # The kernels sum in float32 and write every row once in the rows' dtype: no zero fill, no cast after.
         if need_k:
             grad_k = torch.empty((csr.num_dst, dst_gate.shape[1]), dtype=dst_gate.dtype)
-            module.grad_key(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate),
-                            grad_out, grad_k)
+            module.gated_sum_grad_key(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat,
+                                      *factors(src_gate), grad_out, grad_k)
         if need_q or need_v:
             shape = (csr.num_src, src_feat.shape[1])
             grad_q = torch.empty(shape, dtype=src_gate.dtype) if need_q else None
             grad_v = torch.empty(shape, dtype=src_feat.dtype) if need_v else None
-            module.grad_source(*csr.by_source, dst_gate, src_gate, src_feat, *factors(dst_gate), grad_out,
-                               empty if grad_q is None else grad_q, empty if grad_v is None else grad_v)
+            module.gated_sum_grad_source(*csr.by_source, dst_gate, src_gate, src_feat, *factors(dst_gate), grad_out,
+                                         empty if grad_q is None else grad_q, empty if grad_v is None else grad_v)
         return grad_k, grad_q, grad_v, None
 
 
@@ -415,6 +416,6 @@ def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: t
     target = out
     if out is None or not accumulates_in_place(out):
         target = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32)
-    kernel().forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat, *factors(src_gate, keep=True),
-                     target)
+    kernel().gated_sum_forward(csr.dst_indptr, csr.dst_index, dst_gate, src_gate, src_feat,
+                               *factors(src_gate, keep=True), target)
     return target if out is None or target is out else out.add_(target)

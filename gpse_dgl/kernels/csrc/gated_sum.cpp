@@ -280,8 +280,9 @@ void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at
 }
 
 static const gpse_native::Binding binding([](pybind11::module_& m) {
-  m.def("factors", &gated_sum_factors, "exp(-x) row by row, and a flag per row outside the factorisation's range");
-  m.def("forward", &gated_sum_forward, "gated sum, forward (adds into out)");
-  m.def("grad_key", &gated_sum_grad_key, "gated sum, gradient of the destination gate");
-  m.def("grad_source", &gated_sum_grad_source, "gated sum, gradients of the source gate and value");
+  m.def("gated_sum_factors", &gated_sum_factors,
+        "exp(-x) row by row, and a flag per row outside the factorisation's range");
+  m.def("gated_sum_forward", &gated_sum_forward, "gated sum, forward (adds into out)");
+  m.def("gated_sum_grad_key", &gated_sum_grad_key, "gated sum, gradient of the destination gate");
+  m.def("gated_sum_grad_source", &gated_sum_grad_source, "gated sum, gradients of the source gate and value");
 });

@@ -234,7 +234,9 @@ void gated_sum_packed_forward(at::Tensor indptr, at::Tensor index, at::Tensor k,
 }
 
 static const gpse_native::Binding binding([](pybind11::module_& m) {
-  m.def("packed_shape", &gated_sum_packed_shape, "the shape of the slab pack writes (blocks, rows, 2 * lanes)");
-  m.def("pack", &gated_sum_pack, "the sources' factors and values packed by column blocks, and their flags");
-  m.def("packed_forward", &gated_sum_packed_forward, "gated sum by column blocks of a packed slab (adds into out)");
+  m.def("gated_sum_packed_shape", &gated_sum_packed_shape,
+        "the shape of the slab gated_sum_pack writes (blocks, rows, 2 * lanes)");
+  m.def("gated_sum_pack", &gated_sum_pack, "the sources' factors and values packed by column blocks, and their flags");
+  m.def("gated_sum_packed_forward", &gated_sum_packed_forward,
+        "gated sum by column blocks of a packed slab (adds into out)");
 });

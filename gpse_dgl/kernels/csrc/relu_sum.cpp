@@ -135,8 +135,9 @@ struct ReluSum : public torch::autograd::Function<ReluSum> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
-    auto [grad_ef, grad_x] = run_backward(EdgeCsr::from(saved, 2), saved[0], saved[1],
-                                          ctx->saved_data["self_weight"].toDouble(), grads[0], ctx->needs_input_grad(0));
+    const double self_weight = ctx->saved_data["self_weight"].toDouble();
+    auto [grad_ef, grad_x] =
+        run_backward(EdgeCsr::from(saved, 2), saved[0], saved[1], self_weight, grads[0], ctx->needs_input_grad(0));
     at::Tensor grad_e = ctx->needs_input_grad(1) ? grad_ef.to(saved[1].scalar_type()) : at::Tensor();
     return {grad_x, grad_e, at::Tensor(), at::Tensor()};
   }
