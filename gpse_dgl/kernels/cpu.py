@@ -54,6 +54,7 @@ import torch
 
 from .._private import tensor_version
 from ..utils import memory
+from ..utils.graph_cache import cached_on_graph
 
 __all__ = ["EdgeCSR", "GatedCSR", "PackedSources", "accumulates_in_place", "available", "describe", "factors", "gated_sum",
            "kernel", "pack_sources", "packed_gated_sum", "packed_shape", "supports"]
@@ -224,7 +225,7 @@ class GatedCSR:
 
     @classmethod
     def of(cls, graph) -> "GatedCSR":
-        return cached_on_graph(graph, "_gpse_gated_csr", cls)
+        return edge_layout(graph, "gated_csr", cls)
 
 
 class EdgeCSR:
@@ -241,7 +242,7 @@ class EdgeCSR:
 
     @classmethod
     def of(cls, graph) -> "EdgeCSR":
-        return cached_on_graph(graph, "_gpse_edge_csr", cls)
+        return edge_layout(graph, "edge_csr", cls)
 
 
 def csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -252,16 +253,16 @@ def csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Te
     return indptr, cols[order].contiguous()
 
 
-def cached_on_graph(graph, key: str, build):
-    """``build(src, dst, num_src, num_dst)`` of ``graph``'s edges (int64, CPU), made once and kept on the graph
-    object under ``key``: the kernels' CSR layouts are built per graph, not per call."""
-    cached = graph.__dict__.get(key)
-    if cached is None:
+def edge_layout(graph, name: str, build):
+    """``build(src, dst, num_src, num_dst)`` of ``graph``'s edges (int64, CPU), made once per graph object
+    (:func:`gpse_dgl.utils.graph_cache.cached_on_graph`): the kernels' CSR layouts are built per graph, not per
+    call."""
+    def from_edges():
         src, dst = graph.edges()
-        cached = build(src.to(torch.int64).cpu(), dst.to(torch.int64).cpu(), graph.num_src_nodes(),
-                       graph.num_dst_nodes())
-        graph.__dict__[key] = cached
-    return cached
+        return build(src.to(torch.int64).cpu(), dst.to(torch.int64).cpu(), graph.num_src_nodes(),
+                     graph.num_dst_nodes())
+
+    return cached_on_graph(graph, name, None, from_edges)
 
 
 def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Tensor]:

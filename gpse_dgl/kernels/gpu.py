@@ -36,6 +36,7 @@ import sys
 
 import torch
 
+from ..utils.graph_cache import cached_on_graph
 from ..utils.text import first_line
 from .cpu import GatedCSR, accumulates_in_place
 
@@ -138,11 +139,7 @@ class _DeviceCSR:
 
     @classmethod
     def of(cls, graph, device: torch.device) -> "_DeviceCSR":
-        cache = graph.__dict__.setdefault("_gpse_device_csr", {})
-        key = (str(device), HUB_DEGREE)
-        if key not in cache:
-            cache[key] = cls(GatedCSR.of(graph), device)
-        return cache[key]
+        return cached_on_graph(graph, "device_csr", (str(device), HUB_DEGREE), lambda: cls(GatedCSR.of(graph), device))
 
 
 def _hub_sums_(csr: _DeviceCSR, key, query, value, out) -> None:

@@ -49,6 +49,7 @@ from dgl.nn.functional import edge_softmax as _edge_softmax
 
 from .. import kernels
 from ..kernels import BACKENDS, dgl_supports, resolve_backend
+from ..utils.graph_cache import cached_on_graph
 from ..utils.precision import accumulation_dtype, to_accumulation
 
 __all__ = ["BACKENDS", "copy_e_sum", "copy_u_mean", "copy_u_sum", "dgl_supports", "edge_gated_sum", "edge_index",
@@ -58,21 +59,17 @@ __all__ = ["BACKENDS", "copy_e_sum", "copy_u_mean", "copy_u_sum", "dgl_supports"
 
 def edge_index(graph: dgl.DGLGraph, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """``(src, dst)`` int64 tensors on ``device``; cached on the graph object per device."""
-    cache = graph.__dict__.setdefault("_gpse_edge_index", {})
-    key = str(device)
-    if key not in cache:
+    def build():
         src, dst = graph.edges()
-        cache[key] = (src.to(device=device, dtype=torch.int64), dst.to(device=device, dtype=torch.int64))
-    return cache[key]
+        return src.to(device=device, dtype=torch.int64), dst.to(device=device, dtype=torch.int64)
+
+    return cached_on_graph(graph, "edge_index", str(device), build)
 
 
 def _dgl_graph_on(graph: dgl.DGLGraph, device: torch.device) -> dgl.DGLGraph:
     if graph.device == device:
         return graph
-    cache = graph.__dict__.setdefault("_gpse_graph_on", {})
-    if str(device) not in cache:
-        cache[str(device)] = graph.to(device)
-    return cache[str(device)]
+    return cached_on_graph(graph, "graph_on", str(device), lambda: graph.to(device))
 
 
 def _scatter_sum(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
@@ -282,11 +279,11 @@ def edge_softmax(graph, logits, backend=None):
 
 def segment_ids(graph: dgl.DGLGraph, device) -> torch.Tensor:
     """Graph index of every node of a batched graph (int64 on ``device``); cached."""
-    cache = graph.__dict__.setdefault("_gpse_segment_ids", {})
-    if str(device) not in cache:
+    def build():
         counts = graph.batch_num_nodes().to(device)
-        cache[str(device)] = torch.repeat_interleave(torch.arange(len(counts), device=device), counts)
-    return cache[str(device)]
+        return torch.repeat_interleave(torch.arange(len(counts), device=device), counts)
+
+    return cached_on_graph(graph, "segment_ids", str(device), build)
 
 
 def readout(graph: dgl.DGLGraph, feat: torch.Tensor, op: str = "sum") -> torch.Tensor:
@@ -327,10 +324,11 @@ def _dst_chunks(graph: dgl.DGLGraph, device: torch.device, chunk_edges: int):
     Returns a list of ``(start, stop, src, local_dst)``: the in-edges of destination nodes
     ``start .. stop-1`` sorted (stably) by destination, with ``local_dst = dst - start``, on ``device``.
     """
-    cache = graph.__dict__.setdefault("_gpse_dst_chunks", {})
-    key = (str(device), chunk_edges)
-    if key in cache:
-        return cache[key]
+    return cached_on_graph(graph, "dst_chunks", (str(device), chunk_edges),
+                           lambda: _build_dst_chunks(graph, device, chunk_edges))
+
+
+def _build_dst_chunks(graph, device, chunk_edges: int) -> list:
     src, dst = edge_index(graph, torch.device("cpu"))
     n_dst = graph.num_dst_nodes()
     order = torch.argsort(dst, stable=True)
@@ -346,7 +344,6 @@ def _dst_chunks(graph: dgl.DGLGraph, device: torch.device, chunk_edges: int):
         lo, hi = int(indptr[a]), int(indptr[b])
         if hi > lo:
             chunks.append((a, b, src[lo:hi].to(device), (dst[lo:hi] - a).to(device)))
-    cache[key] = chunks
     return chunks
 
 

@@ -32,6 +32,7 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
+from ..utils.graph_cache import cached_on_graph
 from . import ops
 
 __all__ = ["VirtualNodeInfo", "add_virtual_nodes", "no_virtual_nodes", "pool"]
@@ -113,9 +114,10 @@ def add_virtual_nodes(graph: dgl.DGLGraph) -> tuple[dgl.DGLGraph, VirtualNodeInf
     info : VirtualNodeInfo
         Row layout (real rows first, virtual node of graph ``b`` at row ``N + b``).
     """
-    cache = graph.__dict__.get("_gpse_virtual_nodes")
-    if cache is not None:
-        return cache
+    return cached_on_graph(graph, "virtual_nodes", None, lambda: _build_virtual_nodes(graph))
+
+
+def _build_virtual_nodes(graph: dgl.DGLGraph) -> tuple[dgl.DGLGraph, VirtualNodeInfo]:
     bnn = graph.batch_num_nodes().to("cpu", torch.int64)
     n, b = int(graph.num_nodes()), int(len(bnn))
     seg = _graph_ids(bnn)
@@ -133,7 +135,6 @@ def add_virtual_nodes(graph: dgl.DGLGraph) -> tuple[dgl.DGLGraph, VirtualNodeInf
         batch_num_nodes=bnn,
         node_graph=torch.cat([seg, torch.arange(b, dtype=torch.int64)]),
     )
-    graph.__dict__["_gpse_virtual_nodes"] = (aug, info)
     return aug, info
 
 

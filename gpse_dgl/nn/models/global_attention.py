@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ... import _private
+from ...utils.graph_cache import cached_on_graph
 from .. import ops
 from ..dropout import dropout
 
@@ -15,16 +16,14 @@ def dense_batch_index(graph, device) -> tuple[torch.Tensor, torch.Tensor, int]:
     ``(batch_size, n_max, d)`` layout. Cached on the graph per device (nodes of a batched DGLGraph are
     stored graph after graph, so ``slot`` is the node id minus its graph's first node id).
     """
-    cache = graph.__dict__.setdefault("_gpse_dense_index", {})
-    key = str(device)
-    if key not in cache:
+    def build():
         graph_id = ops.segment_ids(graph, device)
         counts = graph.batch_num_nodes().to(device=device, dtype=torch.int64)
         first_node = torch.cumsum(counts, 0) - counts
         slot = torch.arange(graph_id.numel(), device=device) - first_node[graph_id]
-        n_max = int(counts.max()) if counts.numel() else 0
-        cache[key] = (graph_id, slot, n_max)
-    return cache[key]
+        return graph_id, slot, int(counts.max()) if counts.numel() else 0
+
+    return cached_on_graph(graph, "dense_index", str(device), build)
 
 
 class GlobalSelfAttention(nn.Module):
@@ -99,17 +98,16 @@ def _padded_layout(graph, device) -> tuple[torch.Tensor, torch.Tensor, int]:
     """``(flat, keep, n_max)``: every node's row in the padded ``(batch_size * n_max)`` layout, and the
     ``(batch_size, 1, 1, n_max)`` key mask, True where a slot holds a node. Cached on the graph per device
     beside :func:`dense_batch_index`, so the layers of one model step share them."""
-    cache = graph.__dict__.setdefault("_gpse_padded_layout", {})
-    key = str(device)
-    if key not in cache:
+    def build():
         graph_id, slot, n_max = dense_batch_index(graph, device)
         keep = torch.zeros(graph.batch_size, n_max, dtype=torch.bool, device=device)
         keep[graph_id, slot] = True
         # A graph without nodes would mask every key and make softmax NaN; its (unused) first slot is a key
         # instead so the padded rows stay finite.
         keep[:, :1] = True
-        cache[key] = (graph_id * n_max + slot, keep.view(graph.batch_size, 1, 1, n_max), n_max)
-    return cache[key]
+        return graph_id * n_max + slot, keep.view(graph.batch_size, 1, 1, n_max), n_max
+
+    return cached_on_graph(graph, "padded_layout", str(device), build)
 
 
 def _attention_with_dropout(query, key, value, keep: torch.Tensor, p: float) -> torch.Tensor:

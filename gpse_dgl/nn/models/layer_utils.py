@@ -11,6 +11,8 @@ from torch import nn
 from ... import _env  # noqa: F401
 import dgl
 
+from ...utils.graph_cache import cached_on_graph
+
 
 def dst_features(graph: dgl.DGLGraph, feat: torch.Tensor) -> torch.Tensor:
     """Rows of ``feat`` that belong to the destination nodes of ``graph``: ``feat`` itself for a graph (a slice
@@ -25,19 +27,17 @@ def with_self_loops(graph: dgl.DGLGraph) -> dgl.DGLGraph:
     Existing self-loops are dropped first so none is counted twice (PyG's ``add_self_loops`` rule).
     Only the structure is copied: ndata/edata are not needed by the layers that call this.
     """
-    cache = graph.__dict__
-    if "_gpse_self_loop_graph" not in cache:
+    def build():
         src, dst = graph.edges()
         keep = src != dst
         loops = torch.arange(graph.num_dst_nodes(), dtype=src.dtype, device=src.device)
         src, dst = torch.cat([src[keep], loops]), torch.cat([dst[keep], loops])
         if graph.is_block:
-            looped = dgl.create_block((src, dst), num_src_nodes=graph.num_src_nodes(),
-                                      num_dst_nodes=graph.num_dst_nodes(), device=graph.device)
-        else:
-            looped = dgl.graph((src, dst), num_nodes=graph.num_nodes(), device=graph.device)
-        cache["_gpse_self_loop_graph"] = looped
-    return cache["_gpse_self_loop_graph"]
+            return dgl.create_block((src, dst), num_src_nodes=graph.num_src_nodes(),
+                                    num_dst_nodes=graph.num_dst_nodes(), device=graph.device)
+        return dgl.graph((src, dst), num_nodes=graph.num_nodes(), device=graph.device)
+
+    return cached_on_graph(graph, "self_loop_graph", None, build)
 
 
 def layer_graphs(graph, num_layers: int) -> list:
