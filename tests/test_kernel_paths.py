@@ -45,7 +45,7 @@ def _path_taken(monkeypatch, run) -> str:
             return result
         return dataclasses.replace(kernel, run=run_kernel)
 
-    def recording_dgl(name, function):
+    def recording_dgl(function):
         def run_dgl(*args, **kwargs):
             taken.append("dgl")
             return function(*args, **kwargs)
@@ -54,7 +54,7 @@ def _path_taken(monkeypatch, run) -> str:
     with monkeypatch.context() as patch:
         patch.setattr(kernels, "KERNELS", tuple(recording(k) for k in kernels.KERNELS))
         for name in DGL_OPS:
-            patch.setattr(dgl.ops, name, recording_dgl(name, getattr(dgl.ops, name)))
+            patch.setattr(dgl.ops, name, recording_dgl(getattr(dgl.ops, name)))
         run()
     return taken[0] if taken else "torch"
 

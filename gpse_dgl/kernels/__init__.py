@@ -212,8 +212,8 @@ def paths(device, num_edges: int | None = None) -> dict[str, str]:
     both; the ``triton`` ones are inference only). ``num_edges``: a graph's size, where the rule looks at it
     (None: a graph above :data:`SMALL_GRAPH_EDGES` and up to :data:`KERNEL_GRAPH_EDGES` edges)."""
     chosen = {"message_passing": resolve_backend(None, device, num_edges=num_edges)}
-    for kernel in KERNELS:
-        chosen.setdefault(kernel.op, path_of(kernel.op, device, num_edges=num_edges))
+    for op in dict.fromkeys(kernel.op for kernel in KERNELS):  # each op once, in the registry's order
+        chosen[op] = path_of(op, device, num_edges=num_edges)
     return chosen
 
 

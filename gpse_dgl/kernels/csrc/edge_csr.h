@@ -17,13 +17,20 @@ struct EdgeCsr {
 
   static constexpr size_t kArrays = 6;
 
-  // The arrays at list[first:first + 6] (a kernel's argument, or its saved variables after its own).
+  // The arrays at list[first:first + 6] (a kernel's argument, or its saved variables after its own: after()).
   static EdgeCsr from(const std::vector<at::Tensor>& list, size_t first = 0) {
     gpse_native::check(list.size() >= first + kArrays, "an edge CSR is %d arrays", static_cast<int>(kArrays));
     return {list[first], list[first + 1], list[first + 2], list[first + 3], list[first + 4], list[first + 5]};
   }
 
   std::vector<at::Tensor> arrays() const { return {dst_indptr, dst_src, dst_eid, src_indptr, src_dst, src_eid}; }
+
+  // `head` with the arrays after it: what a kernel saves for backward, read back with from(saved, head.size()).
+  std::vector<at::Tensor> after(std::vector<at::Tensor> head) const {
+    const std::vector<at::Tensor> own = arrays();
+    head.insert(head.end(), own.begin(), own.end());
+    return head;
+  }
 
   int64_t num_dst() const { return dst_indptr.numel() - 1; }
   int64_t num_src() const { return src_indptr.numel() - 1; }

@@ -150,7 +150,7 @@ void grad_source_kernel(const Graph& g, const float* logits, const float* grad_l
 
 void check_inputs(const Graph& g, const at::Tensor& val, const at::Tensor& dg, const at::Tensor& sg,
                   const at::Tensor& eg) {
-  const int64_t n_dst = g.dst_indptr.numel() - 1, n_src = g.src_indptr.numel() - 1, d = val.size(1);
+  const int64_t n_dst = g.num_dst(), n_src = g.num_src(), d = val.size(1);
   gated::check_csr(g.dst_indptr, g.dst_src, n_dst);
   gated::check_csr(g.dst_indptr, g.dst_eid, n_dst);
   gated::check_csr(g.src_indptr, g.src_eid, n_src);
@@ -183,9 +183,7 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
                         static_cast<float>(eps), out.data_ptr<float>(), den.data_ptr<float>(),
                         logits.data_ptr<float>(), n, d);
     });
-    std::vector<at::Tensor> saved{val, out, den, logits}, arrays = g.arrays();
-    saved.insert(saved.end(), arrays.begin(), arrays.end());
-    ctx->save_for_backward(saved);
+    ctx->save_for_backward(g.after({val, out, den, logits}));
     ctx->saved_data["dtype"] = static_cast<int64_t>(dg.scalar_type());
     return {out, logits};
   }

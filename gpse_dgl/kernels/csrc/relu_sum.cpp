@@ -88,7 +88,7 @@ void check_inputs(const at::Tensor& indptr, const at::Tensor& src, const at::Ten
 }
 
 at::Tensor run_forward(const EdgeCsr& g, const at::Tensor& x, const at::Tensor& ef, double self_weight) {
-  const int64_t n = g.dst_indptr.numel() - 1, d = x.size(1);
+  const int64_t n = g.num_dst(), d = x.size(1);
   check_inputs(g.dst_indptr, g.dst_src, g.dst_eid, x, ef, n);
   gated::check_csr(g.src_indptr, g.src_dst, x.size(0));  // the backward's CSR, checked where the call is made
   gated::check_csr(g.src_indptr, g.src_eid, x.size(0));
@@ -106,7 +106,7 @@ at::Tensor run_forward(const EdgeCsr& g, const at::Tensor& x, const at::Tensor& 
 // grad_ef (float32, (E, d)) and, when asked for, grad_x (x's dtype), in one pass by source.
 std::pair<at::Tensor, at::Tensor> run_backward(const EdgeCsr& g, const at::Tensor& x, const at::Tensor& ef,
                                                double self_weight, at::Tensor grad_out, bool want_x) {
-  const int64_t n_dst = g.dst_indptr.numel() - 1, n_src = x.size(0), d = x.size(1);
+  const int64_t n_dst = g.num_dst(), n_src = x.size(0), d = x.size(1);
   grad_out = grad_out.to(at::kFloat).contiguous();
   at::Tensor grad_ef = at::empty(ef.sizes(), ef.options().dtype(at::kFloat));
   at::Tensor grad_x = want_x ? at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous))
@@ -125,9 +125,7 @@ struct ReluSum : public torch::autograd::Function<ReluSum> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor ef, double self_weight,
                             std::vector<at::Tensor> csr) {
     const EdgeCsr g = EdgeCsr::from(csr);
-    std::vector<at::Tensor> saved{x, ef}, arrays = g.arrays();
-    saved.insert(saved.end(), arrays.begin(), arrays.end());
-    ctx->save_for_backward(saved);
+    ctx->save_for_backward(g.after({x, ef}));
     ctx->saved_data["self_weight"] = self_weight;
     return run_forward(g, x, ef, self_weight);
   }
