@@ -1,4 +1,4 @@
-"""The fused CPU kernel of the gated sum (gpse_dgl.kernels.cpu) against the definition, and its fall-back.
+"""The fused CPU kernel of the gated sum (gpse_dgl.kernels.gated_sum, .gated_sum_packed) against the definition, and its fall-back.
 
 Both CPU paths of ``ops.gated_sum`` also run every gated-sum test of ``tests/test_ops.py`` and
 ``tests/test_precision.py`` (the ``gated_path`` fixture); here: float64 references of values and all
@@ -15,7 +15,9 @@ import torch
 
 import dgl
 from gpse_dgl import kernels
-from gpse_dgl.kernels import cpu
+from gpse_dgl.kernels import cpu, gated_sum_packed
+from gpse_dgl.kernels import gated_sum as fused
+from gpse_dgl.kernels.csr import GatedCSR
 from gpse_dgl.nn import ops
 
 needs_kernel = pytest.mark.skipif(cpu.kernel() is None, reason=cpu.describe())
@@ -52,7 +54,7 @@ def test_values_and_gradients_match_float64(name, dtype, tol):
     exact = [torch.randn(*shape, generator=gen, dtype=torch.float64) for shape in shapes]
     weight = torch.randn(graph.num_dst_nodes(), 24, generator=gen, dtype=torch.float64)
     leaves = [t.detach().to(dtype).requires_grad_() for t in exact]
-    out = cpu.gated_sum(graph, *leaves)
+    out = fused.gated_sum(graph, *leaves)
     assert out.dtype == torch.float32
     (out * weight.float()).sum().backward()
     # the reference from the rounded inputs: only the kernel's own arithmetic is compared
@@ -102,7 +104,7 @@ def test_out_may_be_a_column_slice_of_a_wider_tensor():
     wide = torch.randn(graph.num_nodes(), 32, generator=gen)
     before = wide.clone()
     with torch.no_grad():
-        result = cpu.gated_sum(graph, k, q, v, out=wide[:, 8:16])
+        result = fused.gated_sum(graph, k, q, v, out=wide[:, 8:16])
     assert result.data_ptr() == wide[:, 8:16].data_ptr()
     torch.testing.assert_close(wide[:, 8:16], before[:, 8:16] + reference(graph, k, q, v), atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(wide[:, :8], before[:, :8], atol=0, rtol=0)
@@ -124,10 +126,10 @@ def test_gates_beyond_the_factorisation_range_are_exact(dtype, tol):
     k[big, :4] = 100.0
     q[big, :4] = -99.5
     weight = torch.randn(n, 24, generator=gen, dtype=torch.float64)
-    flags = cpu.factors(q.to(dtype))[1]
+    flags = fused.factors(q.to(dtype))[1]
     assert flags.bool().tolist() == big.tolist()
     leaves = [t.to(dtype).requires_grad_() for t in (k, q, v)]
-    out = cpu.gated_sum(graph, *leaves)
+    out = fused.gated_sum(graph, *leaves)
     (out * weight.float()).sum().backward()
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     ref = reference(graph, *ref_leaves)
@@ -156,7 +158,7 @@ def test_a_hub_is_summed_by_every_thread_in_fixed_pieces(dtype, tol):
         sums = []
         for count in (1, 2):
             torch.set_num_threads(count)
-            sums.append(cpu.gated_sum(graph, *(t.to(dtype) for t in (k, q, v))))
+            sums.append(fused.gated_sum(graph, *(t.to(dtype) for t in (k, q, v))))
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(sums[0], sums[1])
@@ -166,11 +168,11 @@ def test_a_hub_is_summed_by_every_thread_in_fixed_pieces(dtype, tol):
 
 def packed_sum(graph, k, q, v, out=None):
     """The packed kernel's sum over a graph's in-edges (``out`` added to in place)."""
-    csr = cpu.GatedCSR.of(graph)
-    slab = torch.full(cpu.packed_shape(*q.shape, q.dtype), float("nan"), dtype=q.dtype)
-    sources = cpu.pack_sources(q, v, out=slab)
+    csr = GatedCSR.of(graph)
+    slab = torch.full(gated_sum_packed.packed_shape(*q.shape, q.dtype), float("nan"), dtype=q.dtype)
+    sources = gated_sum_packed.pack_sources(q, v, out=slab)
     out = torch.zeros(graph.num_dst_nodes(), q.shape[1]) if out is None else out
-    cpu.packed_gated_sum(csr.dst_indptr, csr.dst_index, k, sources, out)
+    gated_sum_packed.packed_gated_sum(csr.dst_indptr, csr.dst_index, k, sources, out)
     return out
 
 
@@ -189,7 +191,7 @@ def test_packed_sums_equal_the_row_kernels(name, width, dtype, tol):
     q[::3, 0] = -99.5
     k, q, v = (t.to(dtype) for t in (k, q, v))
     got = packed_sum(graph, k, q, v)
-    rows = cpu.gated_sum(graph, k, q, v)
+    rows = fused.gated_sum(graph, k, q, v)
     scale = max(1.0, float(rows.abs().max()))
     torch.testing.assert_close(got, rows, atol=1e-6 * scale, rtol=1e-6)
     ref = reference(graph, k.double(), q.double(), v.double())
@@ -205,9 +207,9 @@ def test_packed_slab_layout(dtype):
     q, v = (torch.randn(5, 20, generator=gen).to(dtype) for _ in range(2))
     q[2, 7] = 50.0
     lanes = 64 // q.element_size()
-    slab = torch.full(cpu.packed_shape(5, 20, dtype), float("nan"), dtype=dtype)
+    slab = torch.full(gated_sum_packed.packed_shape(5, 20, dtype), float("nan"), dtype=dtype)
     assert slab.shape == (-(-20 // lanes), 5, 2 * lanes)
-    sources = cpu.pack_sources(q, v, out=slab)
+    sources = gated_sum_packed.pack_sources(q, v, out=slab)
     assert sources.flags.tolist() == [0, 0, 1, 0, 0] and sources.slab is slab and sources.query is q
     padded = lambda t: torch.cat([t, t.new_zeros(5, slab.shape[0] * lanes - 20)], 1)  # noqa: E731
     factors = torch.where(sources.flags.bool()[:, None], q, torch.exp(-q.float()).to(dtype))
@@ -228,7 +230,7 @@ def test_packed_sums_add_into_column_slices():
     wide = torch.randn(n, 72, generator=gen)
     before = wide.clone()
     packed_sum(graph, destinations[:, :24], q, v, out=wide[:, 24:48])
-    expected = before[:, 24:48] + cpu.gated_sum(graph, destinations[:, :24].contiguous(), q, v)
+    expected = before[:, 24:48] + fused.gated_sum(graph, destinations[:, :24].contiguous(), q, v)
     torch.testing.assert_close(wide[:, 24:48], expected, atol=1e-5, rtol=1e-6)
     assert torch.equal(wide[:, :24], before[:, :24]) and torch.equal(wide[:, 48:], before[:, 48:])
 
@@ -253,7 +255,7 @@ def test_packed_hub_is_summed_in_fixed_pieces(dtype):
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(sums[0], sums[1])
-    rows = cpu.gated_sum(graph, k, q, v)
+    rows = fused.gated_sum(graph, k, q, v)
     torch.testing.assert_close(sums[0], rows, atol=1e-6 * float(rows.abs().max()), rtol=1e-6)
 
 
@@ -262,10 +264,10 @@ def test_packed_sums_refuse_a_malformed_csr():
     """The packed sum takes its CSR from the caller: offsets that do not run from 0 to the number of edges or that
     decrease, a source out of range, and sums into overlapping rows raise instead of reading outside the slab."""
     q, v, k = torch.randn(4, 16), torch.randn(4, 16), torch.randn(3, 16)
-    sources = cpu.pack_sources(q, v, out=torch.empty(cpu.packed_shape(4, 16, torch.float32)))
+    sources = gated_sum_packed.pack_sources(q, v, out=torch.empty(gated_sum_packed.packed_shape(4, 16, torch.float32)))
     good = torch.tensor([0, 2, 3, 4]), torch.tensor([1, 3, 0, 2])
     out = torch.zeros(3, 16)
-    cpu.packed_gated_sum(*good, k, sources, out)
+    gated_sum_packed.packed_gated_sum(*good, k, sources, out)
     cases = [
         ("from 0 to the number of edges", torch.tensor([0, 2, 3, 9]), good[1]),
         ("not decrease", torch.tensor([0, 3, 2, 4]), good[1]),
@@ -274,11 +276,11 @@ def test_packed_sums_refuse_a_malformed_csr():
     ]
     for message, indptr, index in cases:
         with pytest.raises(RuntimeError, match=message):
-            cpu.packed_gated_sum(indptr, index, k, sources, out)
+            gated_sum_packed.packed_gated_sum(indptr, index, k, sources, out)
     with pytest.raises(ValueError, match="do not overlap"):
-        cpu.packed_gated_sum(*good, k, sources, torch.zeros(1, 16).expand(3, 16))
+        gated_sum_packed.packed_gated_sum(*good, k, sources, torch.zeros(1, 16).expand(3, 16))
     with pytest.raises(ValueError, match="float32 or bfloat16"):
-        cpu.packed_shape(4, 16, torch.float64)
+        gated_sum_packed.packed_shape(4, 16, torch.float64)
 
 
 def test_packing_is_refused_off_its_path(monkeypatch):
@@ -286,9 +288,9 @@ def test_packing_is_refused_off_its_path(monkeypatch):
     q, v = torch.randn(6, 4), torch.randn(6, 4)
     if cpu.kernel() is not None:
         with pytest.raises(ValueError, match="packed_shape"):
-            cpu.pack_sources(q, v, out=torch.empty(6, 4))
+            gated_sum_packed.pack_sources(q, v, out=torch.empty(6, 4))
         with pytest.raises(ValueError, match="packed_shape"):
-            cpu.pack_sources(q, v, out=torch.empty(cpu.packed_shape(6, 4, torch.float32), dtype=torch.bfloat16))
+            gated_sum_packed.pack_sources(q, v, out=torch.empty(gated_sum_packed.packed_shape(6, 4, torch.float32), dtype=torch.bfloat16))
         assert kernels.packs_sources(torch.device("cpu"), torch.bfloat16)
     assert not kernels.packs_sources(torch.device("cpu"), torch.float16)
     assert not kernels.packs_sources(torch.device("meta"), torch.float32)
@@ -298,21 +300,21 @@ def test_packing_is_refused_off_its_path(monkeypatch):
     monkeypatch.setattr(cpu, "_state", {"module": None, "reason": "turned off by the test"})
     assert not kernels.packs_sources(torch.device("cpu"), torch.float32)
     with pytest.raises(RuntimeError, match="turned off by the test"):
-        cpu.packed_shape(6, 4, torch.float32)
+        gated_sum_packed.packed_shape(6, 4, torch.float32)
 
 
 @needs_kernel
 def test_source_factors_are_kept_while_the_sources_are_unchanged():
     """Chunks of one layer share their sources' factors; a new projection into the same buffer renews them."""
     q = torch.randn(10, 8)
-    first = cpu.factors(q, keep=True)[0]
-    assert cpu.factors(q, keep=True)[0] is first
+    first = fused.factors(q, keep=True)[0]
+    assert fused.factors(q, keep=True)[0] is first
     torch.testing.assert_close(first, torch.exp(-q), atol=0, rtol=1e-6)
     q.mul_(2)
-    second = cpu.factors(q, keep=True)[0]
+    second = fused.factors(q, keep=True)[0]
     assert second is not first
     torch.testing.assert_close(second, torch.exp(-q), atol=0, rtol=1e-6)
-    assert cpu.factors(torch.randn(3, 8))[0] is not cpu.factors(torch.randn(3, 8))[0]
+    assert fused.factors(torch.randn(3, 8))[0] is not fused.factors(torch.randn(3, 8))[0]
 
 
 @needs_kernel
@@ -322,13 +324,13 @@ def test_stale_factors_are_released_before_new_ones_are_allocated(monkeypatch):
     import weakref
 
     q = torch.randn(10, 8)
-    old = weakref.ref(cpu.factors(q, keep=True)[0])
+    old = weakref.ref(fused.factors(q, keep=True)[0])
     q.add_(1)
     alive_at_allocation = []
-    allocate = cpu.memory.empty
-    monkeypatch.setattr(cpu.memory, "empty", lambda *a, **k: (alive_at_allocation.append(old() is not None),
+    allocate = fused.memory.empty
+    monkeypatch.setattr(fused.memory, "empty", lambda *a, **k: (alive_at_allocation.append(old() is not None),
                                                                   allocate(*a, **k))[1])
-    cpu.factors(q, keep=True)
+    fused.factors(q, keep=True)
     assert alive_at_allocation == [False]
 
 
@@ -339,7 +341,7 @@ def test_kept_factors_go_with_their_tensor():
     import weakref
 
     q = torch.randn(10, 8)
-    factor = weakref.ref(cpu.factors(q, keep=True)[0])
+    factor = weakref.ref(fused.factors(q, keep=True)[0])
     gc.collect()
     assert factor() is not None
     del q
@@ -397,7 +399,7 @@ def test_out_with_overlapping_rows_is_not_written_by_the_kernel():
     graph = graphs()["hub"]
     k, q, v = (torch.randn(301, 8) for _ in range(3))
     with torch.no_grad(), pytest.raises(RuntimeError):
-        cpu.gated_sum(graph, k, q, v, out=torch.zeros(1, 8).expand(301, 8))
+        fused.gated_sum(graph, k, q, v, out=torch.zeros(1, 8).expand(301, 8))
 
 
 def test_other_dtypes_and_devices_take_the_torch_ops_path():
@@ -543,13 +545,13 @@ def test_gradient_buffers_must_have_the_rows_dtype():
     """The gradient kernels write every row in the rows' dtype: a float32 buffer for bf16 rows is refused."""
     graph = graphs()["hub"]
     rows = torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16)
-    csr = cpu.GatedCSR.of(graph)
+    csr = GatedCSR.of(graph)
     grad_out = torch.zeros(graph.num_nodes(), 8)
     with pytest.raises(RuntimeError, match=r"^grad_k must be contiguous, \(\d+, 8\), of the rows' dtype"):
-        cpu.kernel().gated_sum_grad_key(csr.dst_indptr, csr.dst_index, rows, rows, rows, *cpu.factors(rows),
+        cpu.kernel().gated_sum_grad_key(csr.dst_indptr, csr.dst_index, rows, rows, rows, *fused.factors(rows),
                                         grad_out, torch.zeros(graph.num_nodes(), 8))
     with pytest.raises(RuntimeError, match="grad_val must be contiguous"):
-        cpu.kernel().gated_sum_grad_source(*csr.by_source, rows, rows, rows, *cpu.factors(rows), grad_out,
+        cpu.kernel().gated_sum_grad_source(*csr.by_source, rows, rows, rows, *fused.factors(rows), grad_out,
                                            torch.empty(0), torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16).t())
 
 

@@ -10,6 +10,7 @@ import dgl
 
 from gpse_dgl import kernels
 from gpse_dgl.kernels import cpu
+from gpse_dgl.kernels.csr import EdgeCSR
 from gpse_dgl.kernels import relu_sum as kernel
 from gpse_dgl.nn import ops
 from gpse_dgl.utils.precision import to_accumulation
@@ -122,7 +123,7 @@ def test_no_per_edge_message_is_kept_for_backward():
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         ops.relu_sum(graph, x, e, self_weight=1.0)
-    csr = cpu.EdgeCSR.of(graph)
+    csr = EdgeCSR.of(graph)
     kept = [x, e, csr.dst_indptr, csr.dst_src, csr.dst_eid, csr.src_indptr, csr.src_dst, csr.src_eid]
     # the inputs themselves and the graph's cached CSR, nothing new per edge
     assert len(saved) == len(kept) and all(any(t is k for k in kept) for t in saved)

@@ -12,6 +12,7 @@ import dgl
 
 from gpse_dgl import kernels
 from gpse_dgl.kernels import cpu
+from gpse_dgl.kernels.csr import EdgeCSR
 from gpse_dgl.kernels import u_sum as kernel
 from gpse_dgl.nn import ops
 
@@ -149,7 +150,7 @@ def test_nothing_per_edge_is_kept_for_backward():
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
         ops.copy_u_sum(graph, x, backend="torch", self_weight=1.0)
-    csr = cpu.EdgeCSR.of(graph)
+    csr = EdgeCSR.of(graph)
     assert len(saved) == 2 and saved[0] is csr.src_indptr and saved[1] is csr.src_dst
 
 
@@ -197,8 +198,8 @@ def test_the_shared_csr_matches_a_sort_of_the_edges():
     gen = torch.Generator().manual_seed(7)
     graph = dgl.graph((torch.randint(0, 30, (400,), generator=gen), torch.randint(0, 25, (400,), generator=gen)),
                       num_nodes=30)
-    csr = cpu.EdgeCSR.of(graph)
-    assert cpu.EdgeCSR.of(graph) is csr  # built once per graph object
+    csr = EdgeCSR.of(graph)
+    assert EdgeCSR.of(graph) is csr  # built once per graph object
     src, dst = (t.long() for t in graph.edges())
     for key, other, indptr, others, eids in ((dst, src, csr.dst_indptr, csr.dst_src, csr.dst_eid),
                                              (src, dst, csr.src_indptr, csr.src_dst, csr.src_eid)):

@@ -5,7 +5,7 @@ Four paths, named so in ``gpse-dgl info``, in ``metrics.json`` (``environment.ke
 =============  =================================================================================================
 ``dgl``        DGL's sparse kernels (``dgl.ops``): the message-passing ops of :mod:`gpse_dgl.nn.ops` where DGL
                runs on the device (backend ``"auto"``) or where ``backend="dgl"`` asks for them
-``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum, GINE's
+``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum (:mod:`.gated_sum`), GINE's
                ReLU sum (:mod:`.relu_sum`), GatedGCN's edge-gated sum (:mod:`.edge_gated_sum`), GIN's
                and GCN's neighbour sum and GraphSAGE's mean (:mod:`.u_sum`), the
                downstream layers' BatchNorm step (:mod:`.batch_norm_act`),
@@ -25,7 +25,8 @@ the next kernel, or torch, runs). Nothing outside this package imports its modul
 Adding a kernel: a source file, its module here (imported below) and one line of :data:`KERNELS`. The file: a
 Triton kernel beside :mod:`.triton_kernels` with its host side in a module here, or a C++ source in ``csrc/``
 (every ``.cpp`` there is compiled into the one extension and binds its own entry points, ``gpse_native::Binding``
-in ``csrc/native.h``) with the ``supports`` and ``run`` that call ``cpu.kernel().<name>`` in a module here. The
+in ``csrc/native.h``) with the ``supports`` and ``run`` that call ``cpu.kernel().<name>`` in a module here named
+after it (a graph's edges from :mod:`.csr`). The
 line: ``Kernel(op, path, device, autograd, takes, run)``. A kernel of a new message-passing op also needs its
 caller in :mod:`gpse_dgl.nn.ops` and the op's ``"auto"`` rule here (:data:`TORCH_FIRST` or :data:`KERNEL_FIRST`,
 and :data:`UNFUSED_BY_RULE` if its fallback is the other ops' rule); ``tests/test_kernel_paths.py`` checks that
@@ -50,8 +51,10 @@ import torch
 from .. import _env  # noqa: F401
 import dgl
 
-from . import batch_norm_act, cpu, dropout, edge_gated_sum, gpu, relu_sum, residual, u_sum
-from .cpu import GatedCSR, PackedSources, accumulates_in_place, pack_sources, packed_gated_sum, packed_shape
+from . import batch_norm_act, cpu, dropout, edge_gated_sum, gated_sum, gpu, relu_sum, residual, u_sum
+from .csr import GatedCSR
+from .gated_sum import accumulates_in_place
+from .gated_sum_packed import PackedSources, pack_sources, packed_gated_sum, packed_shape
 from .dropout import draw_seed
 
 __all__ = ["BACKENDS", "GatedCSR", "KERNELS", "Kernel", "PATHS", "PackedSources", "accumulates_in_place",
@@ -82,7 +85,7 @@ class Kernel:
 #: :mod:`gpse_dgl.nn.dropout`, :mod:`gpse_dgl.nn.residual`, :meth:`gpse_dgl.nn.gpse.GPSE.residual_update`).
 KERNELS = (
     Kernel("gated_sum", "triton", "cuda", False, lambda g, k, q, v: gpu.supports(k, q, v), gpu.gated_sum),
-    Kernel("gated_sum", "fused-cpu", "cpu", True, lambda g, k, q, v: cpu.supports(k, q, v), cpu.gated_sum),
+    Kernel("gated_sum", "fused-cpu", "cpu", True, gated_sum.supports, gated_sum.gated_sum),
     Kernel("relu_sum", "fused-cpu", "cpu", True, relu_sum.supports, relu_sum.relu_sum),
     Kernel("edge_gated_sum", "fused-cpu", "cpu", True, edge_gated_sum.supports, edge_gated_sum.edge_gated_sum),
     Kernel("copy_u_sum", "fused-cpu", "cpu", True, u_sum.supports, u_sum.u_sum),

@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 
 from . import cpu
+from .csr import EdgeCSR
 
 __all__ = ["edge_gated_sum", "supports"]
 
@@ -44,6 +45,6 @@ def edge_gated_sum(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: t
                    eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """``(out, logits)`` as float32 ``(num_dst_nodes, d)`` and ``(E, d)``, with autograd (:func:`supports` must
     hold)."""
-    csr = cpu.EdgeCSR.of(graph)
+    csr = EdgeCSR.of(graph)
     out, logits = cpu.kernel().edge_gated_sum(val, dst_gate, src_gate, edge_gate, float(eps), csr.arrays)
     return out, logits

@@ -38,7 +38,8 @@ import torch
 
 from ..utils.graph_cache import cached_on_graph
 from ..utils.text import first_line
-from .cpu import GatedCSR, accumulates_in_place
+from .csr import GatedCSR
+from .gated_sum import accumulates_in_place
 
 __all__ = ["HUB_DEGREE", "MAX_RESIDUAL_DIM", "available", "describe", "disabled", "gated_sum", "residual_update_",
            "supports", "supports_residual_update"]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from . import cpu
+from .csr import EdgeCSR
 
 __all__ = ["relu_sum", "supports"]
 
@@ -42,5 +43,5 @@ def relu_sum(graph, x: torch.Tensor, edge_feat: torch.Tensor, self_weight: float
     ``(num_dst_nodes, d)``, with autograd (:func:`supports` must hold)."""
     x = x if x.stride(-1) == 1 else x.contiguous()
     edge_feat = edge_feat if edge_feat.stride(-1) == 1 else edge_feat.contiguous()
-    csr = cpu.EdgeCSR.of(graph)
+    csr = EdgeCSR.of(graph)
     return cpu.kernel().relu_sum(x, edge_feat, float(self_weight), csr.arrays)

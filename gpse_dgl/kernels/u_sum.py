@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from . import cpu
+from .csr import EdgeCSR
 
 __all__ = ["supports", "u_mean", "u_sum"]
 
@@ -36,12 +37,12 @@ def supports(graph, x: torch.Tensor) -> bool:
 def u_sum(graph, x: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
     """``self_weight * x[v] + sum_{u -> v} x[u]`` as float32 ``(num_dst_nodes, d)``, with autograd
     (:func:`supports` must hold)."""
-    csr = cpu.EdgeCSR.of(graph)
+    csr = EdgeCSR.of(graph)
     return cpu.kernel().u_sum(x, float(self_weight), False, csr.arrays)
 
 
 def u_mean(graph, x: torch.Tensor) -> torch.Tensor:
     """``mean_{u -> v} x[u]`` (0 without in-edges) as float32 ``(num_dst_nodes, d)``, with autograd: the sum of
     :func:`u_sum` divided in the same pass (:func:`supports` must hold)."""
-    csr = cpu.EdgeCSR.of(graph)
+    csr = EdgeCSR.of(graph)
     return cpu.kernel().u_sum(x, 0.0, True, csr.arrays)

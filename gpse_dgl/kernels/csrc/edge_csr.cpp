@@ -1,6 +1,6 @@
 // A graph's edges in the two CSR layouts the neighbour-sum kernels read (relu_sum.cpp, edge_gated_sum.cpp,
 // u_sum.cpp), by one counting sort per direction: O(E + n), stable (edge-id order within a node), where torch's
-// argsort, bincount, cumsum and gathers take several passes and a sort. Built once per graph (EdgeCSR in cpu.py),
+// argsort, bincount, cumsum and gathers take several passes and a sort. Built once per graph (EdgeCSR in csr.py),
 // before the first layer of every training step, so its cost is part of each step.
 #include "edge_csr.h"
 

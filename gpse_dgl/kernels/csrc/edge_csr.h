@@ -1,7 +1,7 @@
 // A graph's edges in the two CSR layouts the neighbour-sum kernels read (relu_sum.cpp, edge_gated_sum.cpp,
 // u_sum.cpp): the in-edges of each destination (their sources and edge ids) and the out-edges of each source
 // (their destinations and edge ids), int64 on the CPU. edge_csr (edge_csr.cpp) returns the six arrays as a list in
-// the order of EdgeCsr's fields, cpu.EdgeCSR keeps that list, and every kernel takes it whole and reads it here by
+// the order of EdgeCsr's fields, csr.EdgeCSR keeps that list, and every kernel takes it whole and reads it here by
 // name: the arrays are all int64 of one length, so two kernels reading them in different orders would pass every
 // check and sum the wrong rows.
 #pragma once

@@ -215,7 +215,7 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
 };
 
 // (out (n_dst, d), logits (E, d)), both float32, with autograd; val and src_gate: (n_src, d), dst_gate: (n_dst, d),
-// edge_gate: (E, d), one dtype (float32 or bfloat16), rows contiguous; csr: the arrays of edge_csr, as cpu.EdgeCSR
+// edge_gate: (E, d), one dtype (float32 or bfloat16), rows contiguous; csr: the arrays of edge_csr, as csr.EdgeCSR
 // holds them.
 std::vector<at::Tensor> edge_gated_sum(at::Tensor val, at::Tensor dst_gate, at::Tensor src_gate, at::Tensor edge_gate,
                                        double eps, std::vector<at::Tensor> csr) {

@@ -1,4 +1,4 @@
-// Fused residual-gated aggregation on the CPU (gpse_dgl.kernels.cpu):
+// Fused residual-gated aggregation on the CPU (gpse_dgl.kernels.gated_sum):
 //
 //   out[v] += sum_{e = (u, v)} sigmoid(k[v] + q[u]) * val[u]
 //

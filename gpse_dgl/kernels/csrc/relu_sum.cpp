@@ -142,7 +142,7 @@ struct ReluSum : public torch::autograd::Function<ReluSum> {
 };
 
 // out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum, with autograd (x: (n_src, d) and ef: (E, d),
-// float32 or bfloat16 of one dtype, rows contiguous; csr: the arrays of edge_csr, as cpu.EdgeCSR holds them).
+// float32 or bfloat16 of one dtype, rows contiguous; csr: the arrays of edge_csr, as csr.EdgeCSR holds them).
 at::Tensor relu_sum(at::Tensor x, at::Tensor ef, double self_weight, std::vector<at::Tensor> csr) {
   GPSE_PROFILED("ReluSum");
   return ReluSum::apply(x, ef, self_weight, csr);

@@ -88,7 +88,7 @@ struct USum : public torch::autograd::Function<USum> {
 
 // out (float32, (n_dst, d)) = self_weight * x[:n_dst] + the sum over each destination's in-edges of x[u] (with
 // `mean`: that sum over the in-degree, no self term), with autograd (x: (n_src, d), float32 or bfloat16, rows
-// contiguous; csr: the arrays of edge_csr, as cpu.EdgeCSR holds them).
+// contiguous; csr: the arrays of edge_csr, as csr.EdgeCSR holds them).
 at::Tensor u_sum(at::Tensor x, double self_weight, bool mean, std::vector<at::Tensor> csr) {
   GPSE_PROFILED("USum");
   return USum::apply(x, self_weight, mean, csr);
