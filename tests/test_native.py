@@ -552,7 +552,7 @@ def test_gradient_buffers_must_have_the_rows_dtype():
                                         grad_out, torch.zeros(graph.num_nodes(), 8))
     with pytest.raises(RuntimeError, match="grad_val must be contiguous"):
         cpu.kernel().gated_sum_grad_source(*csr.by_source, rows, rows, rows, *fused.factors(rows), grad_out,
-                                           torch.empty(0), torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16).t())
+                                           None, torch.zeros(graph.num_nodes(), 8, dtype=torch.bfloat16).t())
 
 
 def test_each_environment_keeps_a_build_of_its_own(monkeypatch, tmp_path):

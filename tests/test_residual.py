@@ -123,16 +123,22 @@ def test_bad_probability():
 
 
 def test_kernel_checks_its_arguments(compiled):
-    kernel, empty = cpu.kernel(), torch.empty(0)
+    """Absent operands are None (the input stage has no ``h``; eval keeps no ``y`` or ``norm``)."""
+    kernel = cpu.kernel()
     z = torch.randn(4, 8)
     with pytest.raises(RuntimeError, match=r"^out must be float32 \(4, 8\) rows"):
-        kernel.residual_forward(z, empty, 0, 0.0, EPS, empty, empty, torch.empty(4, 8, dtype=torch.float64))
+        kernel.residual_forward(z, None, 0, 0.0, EPS, None, None, torch.empty(4, 8, dtype=torch.float64))
     with pytest.raises(RuntimeError, match="h must be float32"):
-        kernel.residual_forward(z, torch.randn(3, 8), 0, 0.0, EPS, empty, empty, torch.empty(4, 8))
+        kernel.residual_forward(z, torch.randn(3, 8), 0, 0.0, EPS, None, None, torch.empty(4, 8))
     with pytest.raises(RuntimeError, match=r"p must be in \[0, 1\)"):
-        kernel.residual_forward(z, empty, 0, 1.0, EPS, empty, empty, torch.empty(4, 8))
+        kernel.residual_forward(z, None, 0, 1.0, EPS, None, None, torch.empty(4, 8))
     with pytest.raises(RuntimeError, match="norm one float32 per row"):
-        kernel.residual_forward(z, empty, 0, 0.0, EPS, torch.empty(4, 8), torch.empty(3), torch.empty(4, 8))
+        kernel.residual_forward(z, None, 0, 0.0, EPS, torch.empty(4, 8), torch.empty(3), torch.empty(4, 8))
+    with pytest.raises(RuntimeError, match="y and norm are given together"):
+        kernel.residual_forward(z, None, 0, 0.0, EPS, torch.empty(4, 8), None, torch.empty(4, 8))
+    out = torch.empty(4, 8)
+    kernel.residual_forward(z, None, 0, 0.0, EPS, None, None, out)
+    torch.testing.assert_close(out, torch.nn.functional.normalize(torch.relu(z), dim=1))
 
 
 def test_encoder_training_runs_the_fused_step(compiled):

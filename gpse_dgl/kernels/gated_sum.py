@@ -103,7 +103,6 @@ class _NativeGatedSum(torch.autograd.Function):
         csr, module = ctx.csr, cpu.kernel()
         grad_out = grad_out.to(torch.float32).contiguous()
         need_k, need_q, need_v = ctx.needs_input_grad[:3]
-        empty = torch.empty(0)
         grad_k = grad_q = grad_v = None
         # The kernels sum in float32 and write every row once in the rows' dtype: no zero fill, no cast after.
         if need_k:
@@ -115,7 +114,7 @@ class _NativeGatedSum(torch.autograd.Function):
             grad_q = torch.empty(shape, dtype=src_gate.dtype) if need_q else None
             grad_v = torch.empty(shape, dtype=src_feat.dtype) if need_v else None
             module.gated_sum_grad_source(*csr.by_source, dst_gate, src_gate, src_feat, *factors(dst_gate), grad_out,
-                                         empty if grad_q is None else grad_q, empty if grad_v is None else grad_v)
+                                         grad_q, grad_v)
         return grad_k, grad_q, grad_v, None
 
 

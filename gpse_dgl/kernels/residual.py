@@ -37,7 +37,6 @@ __all__ = ["EPS", "normalized_residual", "normalized_residual_", "supports"]
 
 #: The row norm's floor, ``torch.nn.functional.normalize``'s default.
 EPS = 1e-12
-_EMPTY = torch.empty(0)
 
 
 def supports(h: torch.Tensor | None, z: torch.Tensor, p: float = 0.0) -> bool:
@@ -57,19 +56,15 @@ def normalized_residual(h: torch.Tensor | None, z: torch.Tensor, p: float) -> to
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, z)):
         return _NormalizedResidual.apply(h, z, seed, p)
     out = torch.empty(z.shape, dtype=torch.float32)
-    cpu.kernel().residual_forward(z, _or_empty(h), seed, p, EPS, _EMPTY, _EMPTY, out)
+    cpu.kernel().residual_forward(z, h, seed, p, EPS, None, None, out)
     return out
 
 
 def normalized_residual_(h: torch.Tensor, z: torch.Tensor, p: float) -> torch.Tensor:
     """:func:`normalized_residual` in place on ``h`` without autograd. Returns ``h``."""
-    cpu.kernel().residual_forward(z, h, draw_seed() if p > 0.0 else 0, p, EPS, _EMPTY, _EMPTY, h)
+    cpu.kernel().residual_forward(z, h, draw_seed() if p > 0.0 else 0, p, EPS, None, None, h)
     increment_version(h)  # written through its pointer: counted as an in-place op counts it
     return h
-
-
-def _or_empty(t: torch.Tensor | None) -> torch.Tensor:
-    return _EMPTY if t is None else t
 
 
 class _NormalizedResidual(torch.autograd.Function):
@@ -77,10 +72,10 @@ class _NormalizedResidual(torch.autograd.Function):
     def forward(ctx, h, z, seed, p):
         n, d = z.shape
         keep = ctx.needs_input_grad[1]  # y and the row norms only where z's gradient is wanted
-        y = torch.empty((n, d), dtype=torch.float32) if keep else _EMPTY
-        norm = torch.empty(n, dtype=torch.float32) if keep else _EMPTY
+        y = torch.empty((n, d), dtype=torch.float32) if keep else None
+        norm = torch.empty(n, dtype=torch.float32) if keep else None
         out = torch.empty((n, d), dtype=torch.float32)
-        cpu.kernel().residual_forward(z, _or_empty(h), seed, p, EPS, y, norm, out)
+        cpu.kernel().residual_forward(z, h, seed, p, EPS, y, norm, out)
         ctx.p = p
         ctx.save_for_backward(y, norm)
         return out

@@ -256,26 +256,25 @@ void gated_sum_grad_key(at::Tensor indptr, at::Tensor index, at::Tensor k, at::T
   });
 }
 
-// grad_q, grad_val ((n_src, d), contiguous, q's dtype; either may be empty) = their gradients, every row written;
+// grad_q, grad_val ((n_src, d), contiguous, q's dtype; either may be None) = their gradients, every row written;
 // by source (src_indptr / src_index: for each source, the destinations of its out-edges); ek, k_flag: the
 // factors of k.
 void gated_sum_grad_source(at::Tensor indptr, at::Tensor index, at::Tensor k, at::Tensor q, at::Tensor val,
-                           at::Tensor ek, at::Tensor k_flag, at::Tensor grad_out, at::Tensor grad_q,
-                           at::Tensor grad_val) {
+                           at::Tensor ek, at::Tensor k_flag, at::Tensor grad_out, c10::optional<at::Tensor> grad_q,
+                           c10::optional<at::Tensor> grad_val) {
   const int64_t n = q.size(0), d = q.size(1);
   check_csr(indptr, index, n);
   check_gates(k, q, val, d);
   check_factors(ek, k_flag, k);
   check_float(grad_out, "grad_out");
-  if (grad_q.numel()) check_grad(grad_q, "grad_q", q, n);
-  if (grad_val.numel()) check_grad(grad_val, "grad_val", q, n);
-  if (!grad_q.numel() && !grad_val.numel()) return;
+  if (grad_q) check_grad(*grad_q, "grad_q", q, n);
+  if (grad_val) check_grad(*grad_val, "grad_val", q, n);
+  if (!grad_q && !grad_val) return;
   dispatch(k, [&](auto tag) {
     using T = decltype(tag);
     grad_source_kernel<T>(indptr.data_ptr<int64_t>(), index.data_ptr<int64_t>(), rows<T>(k), rows<T>(q),
                           rows<T>(val), rows<T>(ek), k_flag.data_ptr<uint8_t>(), grad_out.data_ptr<float>(),
-                          grad_q.numel() ? grad_q.data_ptr<T>() : nullptr,
-                          grad_val.numel() ? grad_val.data_ptr<T>() : nullptr, n, d);
+                          grad_q ? grad_q->data_ptr<T>() : nullptr, grad_val ? grad_val->data_ptr<T>() : nullptr, n, d);
   });
 }
 

@@ -136,23 +136,24 @@ Dropping dropping(int64_t seed, double p) {
 
 }  // namespace
 
-// out = h + normalize(relu(dropout(z))) row by row (h empty: no residual); y and norm (both empty, or both
+// out = h + normalize(relu(dropout(z))) row by row (h None: no residual); y and norm (both None, or both
 // given) keep relu(dropout(z)) and its row norms for the backward. out may be z or h itself.
-void residual_forward(at::Tensor z, at::Tensor h, int64_t seed, double p, double eps, at::Tensor y, at::Tensor norm,
-                      at::Tensor out) {
+void residual_forward(at::Tensor z, c10::optional<at::Tensor> h, int64_t seed, double p, double eps,
+                      c10::optional<at::Tensor> y, c10::optional<at::Tensor> norm, at::Tensor out) {
   const int64_t n = z.size(0), d = z.size(1);
   check_rows(z, "z", n, d);
   check_rows(out, "out", n, d);
-  const bool residual = h.numel() > 0, keep = y.numel() > 0;
-  if (residual) check_rows(h, "h", n, d);
-  if (keep) check_kept(y, norm, n, d);
+  const bool residual = h.has_value(), keep = y.has_value();
+  TORCH_CHECK(keep == norm.has_value(), "y and norm are given together or not at all");
+  if (residual) check_rows(*h, "h", n, d);
+  if (keep) check_kept(*y, *norm, n, d);
   const Dropping drop = dropping(seed, p);
   const float* z_data = z.data_ptr<float>();
-  const float* h_data = residual ? h.data_ptr<float>() : nullptr;
-  float* y_data = keep ? y.data_ptr<float>() : nullptr;
-  float* norm_data = keep ? norm.data_ptr<float>() : nullptr;
+  const float* h_data = residual ? h->data_ptr<float>() : nullptr;
+  float* y_data = keep ? y->data_ptr<float>() : nullptr;
+  float* norm_data = keep ? norm->data_ptr<float>() : nullptr;
   float* out_data = out.data_ptr<float>();
-  const int64_t zs = z.stride(0), hs = residual ? h.stride(0) : 0, os = out.stride(0);
+  const int64_t zs = z.stride(0), hs = residual ? h->stride(0) : 0, os = out.stride(0);
   const float epsilon = static_cast<float>(eps);
   at::parallel_for(0, n, grain(d), [&](int64_t begin, int64_t end) {
     std::vector<float> buffer(keep ? 0 : d);
