@@ -70,6 +70,21 @@ def test_values_and_gradients_match_float64(name, dtype, tol):
 
 
 @needs_kernel
+def test_operands_that_do_not_fit_the_graph_are_refused_before_the_kernel_reads_them():
+    """The kernel indexes rows by node id: a key short of a row per destination, or a query short of a row per
+    source, is a ValueError (as on the Triton path), not a read past the tensor."""
+    graph = graphs()["block"]  # 6 sources, 3 destinations
+    k, q, v = torch.randn(3, 8), torch.randn(6, 8), torch.randn(6, 8)
+    for args in ((k[:2], q, v), (k, q[:5], v), (k, q, v[:5]), (k[:, :4], q, v)):
+        with pytest.raises(ValueError, match="gated_sum on a graph of 6 sources and 3 destinations"):
+            fused.gated_sum(graph, *args)
+    with pytest.raises(ValueError, match=r"out must be \(3, 8\)"):
+        fused.gated_sum(graph, k, q, v, out=torch.zeros(1, 8))
+    with pytest.raises(ValueError, match="3 destinations"):
+        ops.gated_sum(graph, k[:2], q, v)  # through the op's dispatch too
+
+
+@needs_kernel
 def test_rows_of_a_wider_projection_are_read_in_place():
     """q and val as column slices of one (N, 2d) projection (what ResGatedConv hands over): no copy, same sum."""
     graph = graphs()["multi, self-loops, isolated"]

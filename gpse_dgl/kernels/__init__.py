@@ -5,11 +5,12 @@ Four paths, named so in ``gpse-dgl info``, in ``metrics.json`` (``environment.ke
 =============  =================================================================================================
 ``dgl``        DGL's sparse kernels (``dgl.ops``): the message-passing ops of :mod:`gpse_dgl.nn.ops` where DGL
                runs on the device (backend ``"auto"``) or where ``backend="dgl"`` asks for them
-``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum (:mod:`.gated_sum`), GINE's
-               ReLU sum (:mod:`.relu_sum`), GatedGCN's edge-gated sum (:mod:`.edge_gated_sum`), GIN's
-               and GCN's neighbour sum and GraphSAGE's mean (:mod:`.u_sum`), the
-               downstream layers' BatchNorm step (:mod:`.batch_norm_act`),
-               dropout noise, the encoder's residual step; float32 (and bfloat16 rows where said) on the CPU
+``fused-cpu``  the C++ kernels of ``csrc/``, compiled on first use (:mod:`.cpu`): the gated sum
+               (:mod:`.gated_sum`; by column blocks for layer-wise inference, :mod:`.gated_sum_packed`), GINE's
+               ReLU sum (:mod:`.relu_sum`), GatedGCN's edge-gated sum (:mod:`.edge_gated_sum`), GIN's and GCN's
+               neighbour sum and GraphSAGE's mean (:mod:`.u_sum`), the downstream layers' BatchNorm step
+               (:mod:`.batch_norm_act`), dropout noise (:mod:`.dropout`), the encoder's residual step
+               (:mod:`.residual`); float32 (and bfloat16 rows where said) on the CPU
 ``triton``     the Triton kernels of :mod:`.triton_kernels` (:mod:`.gpu`): the gated sum and the eval-mode
                residual update, on CUDA without autograd
 ``torch``      plain torch ops (:mod:`gpse_dgl.nn`): wherever no kernel above takes the operands
@@ -26,8 +27,8 @@ Adding a kernel: a source file, its module here (imported below) and one line of
 Triton kernel beside :mod:`.triton_kernels` with its host side in a module here, or a C++ source in ``csrc/``
 (every ``.cpp`` there is compiled into the one extension and binds its own entry points, ``gpse_native::Binding``
 in ``csrc/native.h``) with the ``supports`` and ``run`` that call ``cpu.kernel().<name>`` in a module here named
-after it (a graph's edges from :mod:`.csr`). The
-line: ``Kernel(op, path, device, autograd, takes, run)``. A kernel of a new message-passing op also needs its
+after it (a graph's edges from :mod:`.csr`). The line: ``Kernel(op, path, device, autograd, takes, run)``, with
+the module's ``supports`` as ``takes``. A kernel of a new message-passing op also needs its
 caller in :mod:`gpse_dgl.nn.ops` and the op's ``"auto"`` rule here (:data:`TORCH_FIRST` or :data:`KERNEL_FIRST`,
 and :data:`UNFUSED_BY_RULE` if its fallback is the other ops' rule); ``tests/test_kernel_paths.py`` checks that
 :func:`paths` reports what the op runs. ``docs/ARCHITECTURE.md`` ("kernels") walks through it.

@@ -1,12 +1,9 @@
 """The ``fused-cpu`` path's extension: the C++ kernels of ``csrc/``, their build and load.
 
 Every C++ file of ``csrc/`` is compiled into one extension module (each binds its own entry points,
-``gpse_native::Binding`` in ``csrc/native.h``), loaded by :func:`kernel`. The Python half of each kernel is a
-module beside this one, named after its source: the gated sum (:mod:`.gated_sum`, and for layer-wise inference
-:mod:`.gated_sum_packed`), GINE's ReLU sum (:mod:`.relu_sum`), GatedGCN's edge-gated sum (:mod:`.edge_gated_sum`),
-GIN's, GCN's and GraphSAGE's neighbour sums (:mod:`.u_sum`), the downstream layers' BatchNorm step
-(:mod:`.batch_norm_act`), dropout noise from a counter-based generator (:mod:`.dropout`) and the encoder's residual
-step (:mod:`.residual`). They read a graph's edges from the layouts of :mod:`.csr`.
+``gpse_native::Binding`` in ``csrc/native.h``), loaded by :func:`kernel`. The Python half of each kernel is the
+module beside this one named after its source (``csrc/relu_sum.cpp``: :mod:`.relu_sum`; the list is the
+registry, :data:`gpse_dgl.kernels.KERNELS`); they read a graph's edges from the layouts of :mod:`.csr`.
 
 The kernels are compiled with the machine's C++ compiler the first time they are needed (about a minute,
 once per machine, source and torch version, announced by one line on stderr); the build is kept under

@@ -34,7 +34,7 @@ import torch
 from ..utils.graph_cache import cached_on_graph
 from . import cpu
 
-__all__ = ["EdgeCSR", "GatedCSR", "csr", "edge_layout"]
+__all__ = ["EdgeCSR", "GatedCSR", "check_gated_operands", "csr", "edge_layout"]
 
 
 def csr(rows: torch.Tensor, cols: torch.Tensor, num_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,12 +78,26 @@ class GatedCSR:
         return edge_layout(graph, "gated_csr", cls)
 
 
+def check_gated_operands(layout, key: torch.Tensor, query: torch.Tensor, value: torch.Tensor,
+                         out: torch.Tensor | None) -> None:
+    """Raise a ValueError unless the gated sum's operands fit ``layout`` (its ``num_src`` and ``num_dst``): ``key``
+    one row per destination, ``query`` and ``value`` a row for every source, ``out`` one per destination, all of
+    one width. The kernels index rows by the graph's node ids and read past a tensor that is too short."""
+    dim = value.shape[1]
+    if (key.shape != (layout.num_dst, dim) or query.shape[1] != dim
+            or min(query.shape[0], value.shape[0]) < layout.num_src):
+        raise ValueError(f"gated_sum on a graph of {layout.num_src} sources and {layout.num_dst} destinations: key "
+                         f"must be ({layout.num_dst}, d), query and value (>= {layout.num_src}, d) with one d; got "
+                         f"{tuple(key.shape)}, {tuple(query.shape)}, {tuple(value.shape)}")
+    if out is not None and out.shape != (layout.num_dst, dim):
+        raise ValueError(f"out must be ({layout.num_dst}, {dim}), got {tuple(out.shape)}")
+
+
 class EdgeCSR:
     """A graph's edges as the neighbour-sum kernels read them: the in-edges of each destination
     (``dst_indptr``; their sources ``dst_src`` and edge ids ``dst_eid``) and the out-edges of each source
-    (``src_indptr``; ``src_dst``, ``src_eid``). Needs the compiled kernels (:func:`gpse_dgl.kernels.cpu.supports`
-    holds wherever a caller builds one); built once per graph object (:meth:`of`) and shared by every layer and
-    kernel."""
+    (``src_indptr``; ``src_dst``, ``src_eid``). Needs the compiled extension (:func:`gpse_dgl.kernels.cpu.available`);
+    built once per graph object (:meth:`of`) and shared by every layer and kernel."""
 
     def __init__(self, src: torch.Tensor, dst: torch.Tensor, num_src: int, num_dst: int):
         #: the six arrays as the kernels take them, one list (``csrc/edge_csr.h`` reads them by name)

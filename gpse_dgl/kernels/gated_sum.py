@@ -4,8 +4,8 @@ With plain torch ops (:func:`gpse_dgl.nn.ops.gated_sum`) every edge's gate and m
 ``(E, d)`` tensor that is written and read again several times; ``csrc/gated_sum.cpp`` reads the two source
 rows an edge needs once and keeps the rest in registers (one pass by destination forward; backward one pass by
 destination and one by source, the gates recomputed, no atomics). Rows are read as float32 or bfloat16 (half the
-bytes); gates, messages and sums are float32, as on the torch path (the precision contract of
-docs/ARCHITECTURE.md). The gate is computed as ``1 / (1 + exp(-k[v]) exp(-q[u]))`` from factors computed once per
+bytes); gates, messages and sums are float32, as on the torch path (the low-precision contract of
+:mod:`gpse_dgl.nn.ops`). The gate is computed as ``1 / (1 + exp(-k[v]) exp(-q[u]))`` from factors computed once per
 row (:func:`factors`), so an edge costs no exponential; rows with entries too large for that form are flagged and
 their edges take ``sigmoid(k + q)`` itself. A destination with more than 16,384 in-edges (a virtual node has one
 from every node) is summed by every thread, in pieces of 4,096 edges fixed by its edge count, so the result does
@@ -31,9 +31,10 @@ import torch
 from .._private import tensor_version
 from ..utils import memory
 from . import cpu
-from .csr import GatedCSR
+from .csr import GatedCSR, check_gated_operands
 
 __all__ = ["accumulates_in_place", "factors", "gated_sum", "supports"]
+
 
 def supports(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor) -> bool:
     """Whether the kernel takes these operands: 2-D float32 or bfloat16 rows of one dtype on the CPU, the
@@ -61,9 +62,10 @@ def factors(x: torch.Tensor, keep: bool = False) -> tuple[torch.Tensor, torch.Te
         return _kept["factors"]
     if keep:
         _kept.clear()  # the stale factors go before the new ones are allocated: one buffer at a time at most
+    module = cpu.require("gated_sum.factors")
     factor = memory.empty(tuple(x.shape), dtype=x.dtype)  # read in random order, like the rows themselves
     flags = torch.empty(x.shape[0], dtype=torch.uint8)
-    cpu.kernel().gated_sum_factors(x, factor, flags)
+    module.gated_sum_factors(x, factor, flags)
     if keep:
         _kept.update(tensor=weakref.ref(x), version=tensor_version(x), factors=(factor, flags))
         weakref.finalize(x, _forget)  # the factors go when the tensor goes
@@ -124,6 +126,7 @@ def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: t
     (float32) is added to: in place without autograd (rows a stride apart, such as a column slice of a
     wider projection, are written where they are)."""
     csr = GatedCSR.of(graph)
+    check_gated_operands(csr, dst_gate, src_gate, src_feat, out)
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (dst_gate, src_gate, src_feat))
     if needs_grad:
         return _NativeGatedSum.apply(dst_gate, src_gate, src_feat, csr)

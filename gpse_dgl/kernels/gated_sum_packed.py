@@ -44,7 +44,7 @@ def packed_shape(num_rows: int, dim: int, dtype: torch.dtype) -> tuple:
     ``(blocks, num_rows, 2 * lanes)`` with ``lanes`` = 64 bytes of ``dtype`` (padded past ``dim``)."""
     if dtype not in (torch.float32, torch.bfloat16):
         raise ValueError(f"packed sources are float32 or bfloat16, not {dtype}")
-    return tuple(cpu.require("packed sources").gated_sum_packed_shape(num_rows, dim, dtype.itemsize))
+    return tuple(cpu.require("packed_shape").gated_sum_packed_shape(num_rows, dim, dtype.itemsize))
 
 
 def pack_sources(query: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> PackedSources:

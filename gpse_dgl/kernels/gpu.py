@@ -38,7 +38,7 @@ import torch
 
 from ..utils.graph_cache import cached_on_graph
 from ..utils.text import first_line
-from .csr import GatedCSR
+from .csr import GatedCSR, check_gated_operands
 from .gated_sum import accumulates_in_place
 
 __all__ = ["HUB_DEGREE", "MAX_RESIDUAL_DIM", "available", "describe", "disabled", "gated_sum", "residual_update_",
@@ -153,16 +153,6 @@ def _hub_sums_(csr: _DeviceCSR, key, query, value, out) -> None:
             out[row] += gate.mul_(value.index_select(0, sources).float()).sum(0)
 
 
-def _check_shapes(csr: _DeviceCSR, key, query, value, out) -> None:
-    dim = value.shape[1]
-    if key.shape != (csr.num_dst, dim) or query.shape[1] != dim or min(query.shape[0], value.shape[0]) < csr.num_src:
-        raise ValueError(f"gated_sum on a graph of {csr.num_src} sources and {csr.num_dst} destinations: key must "
-                         f"be ({csr.num_dst}, d), query and value (>= {csr.num_src}, d) with one d; got "
-                         f"{tuple(key.shape)}, {tuple(query.shape)}, {tuple(value.shape)}")
-    if out is not None and out.shape != (csr.num_dst, dim):
-        raise ValueError(f"out must be ({csr.num_dst}, {dim}), got {tuple(out.shape)}")
-
-
 def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
               out: torch.Tensor | None = None) -> torch.Tensor | None:
     """``out[v] (+)= sum_{e = (u, v)} sigmoid(dst_gate[v] + src_gate[u]) * src_feat[u]`` without autograd.
@@ -172,7 +162,7 @@ def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: t
     nothing was added, and the caller takes the torch path. CPU tensors run in Triton's interpreter (tests).
     """
     csr = _DeviceCSR.of(graph, src_feat.device)
-    _check_shapes(csr, dst_gate, src_gate, src_feat, out)
+    check_gated_operands(csr, dst_gate, src_gate, src_feat, out)
     target = out
     if out is None or not accumulates_in_place(out):
         target = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32, device=src_feat.device)

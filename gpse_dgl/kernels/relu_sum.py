@@ -6,9 +6,9 @@ copy) for the backward pass. ``csrc/relu_sum.cpp`` reads ``x[u]`` and ``ef[e]`` 
 registers, by destination; backward, in one pass by source, it writes the edge features' gradient
 ``grad_ef[e] = grad_out[v] * (x[u] + ef[e] > 0)`` and adds each row to ``grad_x[u]`` as it goes (no atomics: a
 source's edges are one thread's), with ``w grad_out[u]`` for GINE's self term ``w = 1 + eps``. Nothing per edge
-is kept from forward to backward but the inputs themselves. The autograd function is C++'s own
-(``csrc/relu_sum.cpp``): on a batch of small molecules the Python of a ``torch.autograd.Function`` cost more than its kernels. Rows are
-float32 or bfloat16, sums float32 (the precision contract of :mod:`gpse_dgl.nn.ops`), the result float32;
+is kept from forward to backward but the inputs themselves. The autograd function is C++'s own: on a batch of
+small molecules the Python of a ``torch.autograd.Function`` cost more than its kernels. Rows are float32 or
+bfloat16, sums float32 (the low-precision contract of :mod:`gpse_dgl.nn.ops`), the result float32;
 each node's edges are summed in edge-id order on one thread, so the result does not depend on the number of
 threads.
 

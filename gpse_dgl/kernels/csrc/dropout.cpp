@@ -17,11 +17,11 @@
 #include <cstring>
 
 #include "native.h"
-#include "splitmix64.h"
+#include "dropout_mask.h"
 
 namespace {
 
-using gpse_native::splitmix64;
+using gpse_native::DropoutMask;
 
 constexpr int64_t kGrain = 1 << 16;  // elements per task
 
@@ -31,18 +31,16 @@ constexpr int64_t kGrain = 1 << 16;  // elements per task
 // reloaded it from the calling thread's stack, a cache line that thread writes: 2 threads ran 4x slower
 // than 1.
 template <typename Bits>
-__attribute__((noinline)) void noise_range(uint64_t seed, uint64_t threshold, Bits scale, Bits* out, int64_t begin,
-                                           int64_t end) {
+__attribute__((noinline)) void noise_range(DropoutMask mask, Bits scale, Bits* out, int64_t begin, int64_t end) {
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    out[i] = splitmix64(seed, static_cast<uint64_t>(i)) >= threshold ? scale : Bits{0};
+    out[i] = mask.keeps(static_cast<uint64_t>(i)) ? scale : Bits{0};
   }
 }
 
 template <typename Bits>
-void noise_kernel(uint64_t seed, uint64_t threshold, Bits scale, Bits* out, int64_t n) {
-  at::parallel_for(0, n, kGrain,
-                   [=](int64_t begin, int64_t end) { noise_range(seed, threshold, scale, out, begin, end); });
+void noise_kernel(DropoutMask mask, Bits scale, Bits* out, int64_t n) {
+  at::parallel_for(0, n, kGrain, [=](int64_t begin, int64_t end) { noise_range(mask, scale, out, begin, end); });
 }
 
 }  // namespace
@@ -51,17 +49,14 @@ void dropout_noise(int64_t seed, double p, at::Tensor out) {
   TORCH_CHECK(out.device().is_cpu() && out.is_contiguous() &&
                   (out.scalar_type() == at::kFloat || out.scalar_type() == at::kBFloat16),
               "out must be a contiguous float32 or bfloat16 CPU tensor");
-  TORCH_CHECK(p >= 0.0 && p < 1.0, "p must be in [0, 1)");
-  const uint64_t threshold = gpse_native::keep_threshold(p);  // kept with probability 1 - p
-  const float scale = gpse_native::keep_scale(p);
-  const uint64_t key = static_cast<uint64_t>(seed);
+  const DropoutMask mask = gpse_native::dropout_mask(seed, p);  // kept with probability 1 - p
   if (out.scalar_type() == at::kFloat) {
     uint32_t bits;
-    std::memcpy(&bits, &scale, sizeof(bits));
-    noise_kernel<uint32_t>(key, threshold, bits, static_cast<uint32_t*>(out.data_ptr()), out.numel());
+    std::memcpy(&bits, &mask.scale, sizeof(bits));
+    noise_kernel<uint32_t>(mask, bits, static_cast<uint32_t*>(out.data_ptr()), out.numel());
   } else {
-    const uint16_t bits = at::BFloat16(scale).x;  // rounded to nearest even, as torch casts
-    noise_kernel<uint16_t>(key, threshold, bits, static_cast<uint16_t*>(out.data_ptr()), out.numel());
+    const uint16_t bits = at::BFloat16(mask.scale).x;  // rounded to nearest even, as torch casts
+    noise_kernel<uint16_t>(mask, bits, static_cast<uint16_t*>(out.data_ptr()), out.numel());
   }
 }
 

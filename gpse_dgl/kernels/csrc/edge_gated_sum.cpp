@@ -19,14 +19,15 @@
 // sum are float32, and each node's edges are summed in edge-id order on one thread, so the result does not depend
 // on the number of threads.
 #include "edge_csr.h"
-#include "gated_sum.h"
+#include "gated_sum.h"  // the gate: gated::sigmoid
+#include "rows.h"
 
 namespace {
 
-using gated::load;
-using gated::Rows;
+using gpse_native::load;
+using gpse_native::Rows;
 using gated::sigmoid;
-using gated::store;
+using gpse_native::store;
 
 using Graph = graph_csr::EdgeCsr;
 
@@ -36,7 +37,7 @@ void forward_kernel(const Graph& g, Rows<T> val, Rows<T> dg, Rows<T> sg, Rows<T>
   const int64_t* indptr = g.dst_indptr.data_ptr<int64_t>();
   const int64_t* src = g.dst_src.data_ptr<int64_t>();
   const int64_t* eid = g.dst_eid.data_ptr<int64_t>();
-  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, gpse_native::kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t v = begin; v < end; ++v) {
       float* num = out + v * d;
       float* sum = den + v * d;
@@ -44,9 +45,9 @@ void forward_kernel(const Graph& g, Rows<T> val, Rows<T> dg, Rows<T> sg, Rows<T>
       std::fill(sum, sum + d, 0.0f);
       const T* dv = dg[v];
       for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-        if (e + gated::kPrefetchAhead < indptr[v + 1]) {
-          gated::prefetch_row(sg[src[e + gated::kPrefetchAhead]], d);
-          gated::prefetch_row(val[src[e + gated::kPrefetchAhead]], d);
+        if (e + gpse_native::kPrefetchAhead < indptr[v + 1]) {
+          gpse_native::prefetch_row(sg[src[e + gpse_native::kPrefetchAhead]], d);
+          gpse_native::prefetch_row(val[src[e + gpse_native::kPrefetchAhead]], d);
         }
         const T* su = sg[src[e]];
         const T* vu = val[src[e]];
@@ -78,7 +79,7 @@ void grad_destination_kernel(const Graph& g, Rows<T> val, const float* out, cons
   const int64_t* indptr = g.dst_indptr.data_ptr<int64_t>();
   const int64_t* src = g.dst_src.data_ptr<int64_t>();
   const int64_t* eid = g.dst_eid.data_ptr<int64_t>();
-  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, gpse_native::kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> r(d), acc(d);
     for (int64_t v = begin; v < end; ++v) {
       float* qv = q + v * d;
@@ -123,7 +124,7 @@ void grad_source_kernel(const Graph& g, const float* logits, const float* grad_l
   const int64_t* indptr = g.src_indptr.data_ptr<int64_t>();
   const int64_t* eid = g.src_eid.data_ptr<int64_t>();
   const int64_t* dst = g.src_dst.data_ptr<int64_t>();
-  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, gpse_native::kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> acc_s(d), acc_v(d);
     for (int64_t u = begin; u < end; ++u) {
       std::fill(acc_s.begin(), acc_s.end(), 0.0f);
@@ -151,14 +152,14 @@ void grad_source_kernel(const Graph& g, const float* logits, const float* grad_l
 void check_inputs(const Graph& g, const at::Tensor& val, const at::Tensor& dg, const at::Tensor& sg,
                   const at::Tensor& eg) {
   const int64_t n_dst = g.num_dst(), n_src = g.num_src(), d = val.size(1);
-  gated::check_csr(g.dst_indptr, g.dst_src, n_dst);
-  gated::check_csr(g.dst_indptr, g.dst_eid, n_dst);
-  gated::check_csr(g.src_indptr, g.src_eid, n_src);
-  gated::check_csr(g.src_indptr, g.src_dst, n_src);
-  gated::check_rows(val, "val", d);
-  gated::check_rows(dg, "dst_gate", d);
-  gated::check_rows(sg, "src_gate", d);
-  gated::check_rows(eg, "edge_gate", d);
+  gpse_native::check_csr(g.dst_indptr, g.dst_src, n_dst);
+  gpse_native::check_csr(g.dst_indptr, g.dst_eid, n_dst);
+  gpse_native::check_csr(g.src_indptr, g.src_eid, n_src);
+  gpse_native::check_csr(g.src_indptr, g.src_dst, n_src);
+  gpse_native::check_rows(val, "val", d);
+  gpse_native::check_rows(dg, "dst_gate", d);
+  gpse_native::check_rows(sg, "src_gate", d);
+  gpse_native::check_rows(eg, "edge_gate", d);
   TORCH_CHECK(val.scalar_type() == dg.scalar_type() && dg.scalar_type() == sg.scalar_type() &&
                   sg.scalar_type() == eg.scalar_type(),
               "val, dst_gate, src_gate, edge_gate: one dtype");
@@ -177,9 +178,9 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
     const auto floats = val.options().dtype(at::kFloat);
     at::Tensor out = at::empty({n, d}, floats), den = at::empty({n, d}, floats);
     at::Tensor logits = at::empty({eg.size(0), d}, floats);
-    gated::dispatch(val, [&](auto tag) {
+    gpse_native::dispatch(val, [&](auto tag) {
       using T = decltype(tag);
-      forward_kernel<T>(g, gated::rows<T>(val), gated::rows<T>(dg), gated::rows<T>(sg), gated::rows<T>(eg),
+      forward_kernel<T>(g, gpse_native::rows<T>(val), gpse_native::rows<T>(dg), gpse_native::rows<T>(sg), gpse_native::rows<T>(eg),
                         static_cast<float>(eps), out.data_ptr<float>(), den.data_ptr<float>(),
                         logits.data_ptr<float>(), n, d);
     });
@@ -200,9 +201,9 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
     const auto rows = val.options().memory_format(at::MemoryFormat::Contiguous);
     at::Tensor grad_dg = at::empty({n_dst, d}, rows), grad_sg = at::empty({n_src, d}, rows);
     at::Tensor grad_val = at::empty({n_src, d}, rows);
-    gated::dispatch(val, [&](auto tag) {
+    gpse_native::dispatch(val, [&](auto tag) {
       using T = decltype(tag);
-      grad_destination_kernel<T>(g, gated::rows<T>(val), out.data_ptr<float>(), den.data_ptr<float>(),
+      grad_destination_kernel<T>(g, gpse_native::rows<T>(val), out.data_ptr<float>(), den.data_ptr<float>(),
                                  logits.data_ptr<float>(), grad_out.defined() ? grad_out.data_ptr<float>() : nullptr,
                                  grad_in.defined() ? grad_in.data_ptr<float>() : nullptr, grad_logit.data_ptr<float>(),
                                  q.data_ptr<float>(), grad_dg.data_ptr<T>(), n_dst, d);

@@ -1,6 +1,6 @@
 // What the CPU gated-sum kernels share (gated_sum.cpp: by rows, with gradients; gated_sum_packed.cpp: by column
-// blocks, inference): loads and stores of float32 / bfloat16 rows, the gate's exponential, the factorisation's
-// range, row views, prefetching, the hub pieces and the argument checks. See gated_sum.cpp for the method.
+// blocks, inference; edge_gated_sum.cpp takes the sigmoid): the gate's exponential, the factorisation's range, the
+// hub pieces and the checks of gates and factors. See gated_sum.cpp for the method; rows.h has the row access.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -13,18 +13,11 @@
 #include <vector>
 
 #include "native.h"
+#include "rows.h"
 
 namespace gated {
 
-inline float load(const float* row, int64_t j) { return row[j]; }
-
-inline float load(const at::BFloat16* row, int64_t j) {
-  // bf16 -> float is a 16-bit shift; written out so that the compiler vectorises it
-  uint32_t bits = static_cast<uint32_t>(reinterpret_cast<const uint16_t*>(row)[j]) << 16;
-  float value;
-  std::memcpy(&value, &bits, sizeof(value));
-  return value;
-}
+using namespace gpse_native;  // the row access of rows.h, unqualified in the gated-sum sources
 
 // exp(x) = 2^n * 2^f, n = round(x log2 e), |f| <= 1/2, 2^f by Cephes' exp2f polynomial (relative error
 // about 1e-7, as float32's own exp). Inline and branch-free, so that the edge loop vectorises without a
@@ -49,10 +42,6 @@ inline float exp_approx(float x) {
 
 inline float sigmoid(float z) { return 1.0f / (1.0f + exp_approx(-z)); }
 
-inline void store(float* row, int64_t j, float value) { row[j] = value; }
-
-inline void store(at::BFloat16* row, int64_t j, float value) { row[j] = at::BFloat16(value); }  // round to nearest even
-
 constexpr float kFactorLimit = 40.0f;  // e^-80 .. e^80: products of two factors stay normal floats
 
 // Whether a row has an entry beyond kFactorLimit (a flagged row: its edges take the direct form sigmoid(k + q)).
@@ -62,31 +51,6 @@ inline bool beyond_factor_range(const T* row, int64_t d) {
 #pragma omp simd reduction(max : largest)
   for (int64_t j = 0; j < d; ++j) largest = std::fmax(largest, std::fabs(load(row, j)));
   return largest > kFactorLimit;
-}
-
-// Rows of a 2-D tensor whose last dimension is contiguous (views of a wider projection included).
-template <typename T>
-struct Rows {
-  const T* data;
-  int64_t stride;
-  const T* operator[](int64_t i) const { return data + i * stride; }
-};
-
-template <typename T>
-Rows<T> rows(const at::Tensor& t) {
-  return {t.data_ptr<T>(), t.stride(0)};
-}
-
-template <typename T>
-struct WritableRows {
-  T* data;
-  int64_t stride;
-  T* operator[](int64_t i) const { return data + i * stride; }
-};
-
-template <typename T>
-WritableRows<T> writable_rows(const at::Tensor& t) {
-  return {t.data_ptr<T>(), t.stride(0)};
 }
 
 // A destination with more in-edges than this (a virtual node has one from every node) is summed by all threads,
@@ -114,41 +78,6 @@ inline void sum_in_pieces(int64_t e0, int64_t e1, int64_t d, float* out_row, Pie
   }
 }
 
-// Rows written to: float32 sums (a column slice of a wider tensor included).
-struct OutRows {
-  float* data;
-  int64_t stride;
-  float* operator[](int64_t i) const { return data + i * stride; }
-};
-
-constexpr int64_t kGrain = 32;  // destination (or source) nodes per task
-
-// Rows are read at random (one per edge): without help each new row starts with a stall on memory,
-// and the stalls, not the arithmetic or the bandwidth, set the pace. So the rows of a later edge are
-// fetched while this edge's are being computed on.
-constexpr int64_t kPrefetchAhead = 4;  // edges
-
-template <typename T>
-inline void prefetch_row(const T* row, int64_t d) {
-  const char* bytes = reinterpret_cast<const char*>(row);
-  for (int64_t offset = 0; offset < d * static_cast<int64_t>(sizeof(T)); offset += 64) {
-    __builtin_prefetch(bytes + offset, 0, 3);
-  }
-}
-
-
-inline void check_rows(const at::Tensor& t, const char* name, int64_t d) {
-  gpse_native::check(t.dim() == 2 && t.size(1) == d && t.stride(1) == 1,
-                     "%s must be 2-D with contiguous rows of width %lld", name, static_cast<long long>(d));
-  gpse_native::check(t.scalar_type() == at::kFloat || t.scalar_type() == at::kBFloat16,
-                     "%s must be float32 or bfloat16", name);
-}
-
-inline void check_csr(const at::Tensor& indptr, const at::Tensor& index, int64_t n) {
-  TORCH_CHECK(indptr.scalar_type() == at::kLong && index.scalar_type() == at::kLong, "indices must be int64");
-  TORCH_CHECK(indptr.is_contiguous() && index.is_contiguous() && indptr.numel() == n + 1, "bad CSR");
-}
-
 inline void check_gates(const at::Tensor& k, const at::Tensor& q, const at::Tensor& val, int64_t d) {
   check_rows(k, "k", d);
   check_rows(q, "q", d);
@@ -164,28 +93,6 @@ inline void check_factors(const at::Tensor& factor, const at::Tensor& flag, cons
               "factors must have contiguous rows that do not overlap, with the rows' dtype and shape");
   TORCH_CHECK(flag.is_contiguous() && flag.scalar_type() == at::kByte && flag.numel() == rows.size(0),
               "flags: one uint8 per row");
-}
-
-inline void check_float(const at::Tensor& t, const char* name) {
-  gpse_native::check(t.is_contiguous() && t.scalar_type() == at::kFloat, "%s must be contiguous float32", name);
-}
-
-// A gradient the kernels write whole: contiguous, `rows` rows, the width and dtype of `like`.
-inline void check_grad(const at::Tensor& t, const char* name, const at::Tensor& like, int64_t rows) {
-  gpse_native::check(t.is_contiguous() && t.dim() == 2 && t.size(0) == rows && t.size(1) == like.size(1) &&
-                         t.scalar_type() == like.scalar_type(),
-                     "%s must be contiguous, (%lld, %lld), of the rows' dtype", name, static_cast<long long>(rows),
-                     static_cast<long long>(like.size(1)));
-}
-
-// body(T{}) with T the element type of `t` (float or at::BFloat16).
-template <typename F>
-inline void dispatch(const at::Tensor& t, F&& body) {
-  if (t.scalar_type() == at::kFloat) {
-    body(float{});
-  } else {
-    body(at::BFloat16{});
-  }
 }
 
 }  // namespace gated

@@ -1,5 +1,5 @@
 // The gated sum of gated_sum.cpp by column blocks, for inference on graphs whose rows do not fit in the cache
-// (gpse_dgl.kernels.pack_sources / packed_gated_sum, used by layer-wise encoding):
+// (gpse_dgl.kernels.gated_sum_packed, used by layer-wise encoding):
 //
 //   out[v] += sum_{e = (u, v)} sigmoid(k[v] + q[u]) * val[u]
 //

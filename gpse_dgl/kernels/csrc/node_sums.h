@@ -1,8 +1,11 @@
-// What the neighbour-sum kernels share (relu_sum.cpp, u_sum.cpp): a node's sum started at its self term, and a node's
-// gradient as the sum of float32 rows over its edges in a CSR plus its self term.
+// What the neighbour-sum kernels share: a node's sum started at its self term (relu_sum.cpp, u_sum.cpp), and a
+// node's gradient as the sum of float32 rows over its edges in a CSR plus its self term (u_sum.cpp).
 #pragma once
 
-#include "gated_sum.h"
+#include <algorithm>
+#include <vector>
+
+#include "rows.h"
 
 namespace node_sums {
 
@@ -14,7 +17,7 @@ inline void start_with_self_term(float* acc, const T* row, float self_weight, in
     return;
   }
 #pragma omp simd
-  for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * gated::load(row, j);
+  for (int64_t j = 0; j < d; ++j) acc[j] = self_weight * gpse_native::load(row, j);
 }
 
 // out[u] (T, every row written) = w self_rows[u] (u < n_self, where w != 0) + the sum of rows[index[e]] over u's
@@ -22,7 +25,7 @@ inline void start_with_self_term(float* acc, const T* row, float self_weight, in
 template <typename T>
 void sum_by_node(const int64_t* indptr, const int64_t* index, const float* rows, const float* self_rows,
                  float self_weight, int64_t n_self, T* out, int64_t n, int64_t d) {
-  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, gpse_native::kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> acc(d);
     for (int64_t u = begin; u < end; ++u) {
       start_with_self_term(acc.data(), self_rows + u * d, u < n_self ? self_weight : 0.0f, d);
@@ -32,7 +35,7 @@ void sum_by_node(const int64_t* indptr, const int64_t* index, const float* rows,
         for (int64_t j = 0; j < d; ++j) acc[j] += r[j];
       }
       T* o = out + u * d;
-      for (int64_t j = 0; j < d; ++j) gated::store(o, j, acc[j]);
+      for (int64_t j = 0; j < d; ++j) gpse_native::store(o, j, acc[j]);
     }
   });
 }

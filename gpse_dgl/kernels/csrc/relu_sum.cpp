@@ -12,25 +12,25 @@
 // Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
 // so the result does not depend on the number of threads.
 #include "edge_csr.h"
-#include "gated_sum.h"
+#include "rows.h"
 #include "node_sums.h"
 
 namespace {
 
 using graph_csr::EdgeCsr;
-using gated::load;
-using gated::Rows;
+using gpse_native::load;
+using gpse_native::Rows;
 
 template <typename T>
 void forward_kernel(const int64_t* indptr, const int64_t* src, const int64_t* eid, Rows<T> x, Rows<T> ef,
                     float self_weight, float* out, int64_t n, int64_t d) {
-  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, gpse_native::kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t v = begin; v < end; ++v) {
       float* acc = out + v * d;
       node_sums::start_with_self_term(acc, x[v], self_weight, d);
       for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-        if (e + gated::kPrefetchAhead < indptr[v + 1]) {
-          gated::prefetch_row(x[src[e + gated::kPrefetchAhead]], d);
+        if (e + gpse_native::kPrefetchAhead < indptr[v + 1]) {
+          gpse_native::prefetch_row(x[src[e + gpse_native::kPrefetchAhead]], d);
         }
         const T* xu = x[src[e]];
         const T* fe = ef[eid[e]];
@@ -48,7 +48,7 @@ template <typename T>
 void grad_by_source_kernel(const int64_t* indptr, const int64_t* dst, const int64_t* eid, Rows<T> x, Rows<T> ef,
                            const float* grad_out, float self_weight, int64_t n_dst, float* grad_ef, T* grad_x,
                            int64_t n_src, int64_t d) {
-  at::parallel_for(0, n_src, gated::kGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n_src, gpse_native::kGrain, [&](int64_t begin, int64_t end) {
     std::vector<float> acc(d);
     for (int64_t u = begin; u < end; ++u) {
       if (grad_x != nullptr) {
@@ -56,8 +56,8 @@ void grad_by_source_kernel(const int64_t* indptr, const int64_t* dst, const int6
       }
       const T* xu = x[u];
       for (int64_t e = indptr[u]; e < indptr[u + 1]; ++e) {
-        if (e + gated::kPrefetchAhead < indptr[u + 1]) {
-          gated::prefetch_row(grad_out + dst[e + gated::kPrefetchAhead] * d, d);
+        if (e + gpse_native::kPrefetchAhead < indptr[u + 1]) {
+          gpse_native::prefetch_row(grad_out + dst[e + gpse_native::kPrefetchAhead] * d, d);
         }
         const float* g = grad_out + dst[e] * d;
         const T* fe = ef[eid[e]];
@@ -71,7 +71,7 @@ void grad_by_source_kernel(const int64_t* indptr, const int64_t* dst, const int6
       }
       if (grad_x != nullptr) {
         T* o = grad_x + u * d;
-        for (int64_t j = 0; j < d; ++j) gated::store(o, j, acc[j]);
+        for (int64_t j = 0; j < d; ++j) gpse_native::store(o, j, acc[j]);
       }
     }
   });
@@ -79,25 +79,25 @@ void grad_by_source_kernel(const int64_t* indptr, const int64_t* dst, const int6
 
 void check_inputs(const at::Tensor& indptr, const at::Tensor& src, const at::Tensor& eid, const at::Tensor& x,
                   const at::Tensor& ef, int64_t n) {
-  gated::check_csr(indptr, src, n);
-  gated::check_csr(indptr, eid, n);
+  gpse_native::check_csr(indptr, src, n);
+  gpse_native::check_csr(indptr, eid, n);
   TORCH_CHECK(src.numel() == eid.numel() && eid.numel() == ef.size(0), "one source and one edge id per edge");
-  gated::check_rows(x, "x", x.size(1));
-  gated::check_rows(ef, "ef", x.size(1));
+  gpse_native::check_rows(x, "x", x.size(1));
+  gpse_native::check_rows(ef, "ef", x.size(1));
   TORCH_CHECK(x.scalar_type() == ef.scalar_type(), "x, ef: one dtype");
 }
 
 at::Tensor run_forward(const EdgeCsr& g, const at::Tensor& x, const at::Tensor& ef, double self_weight) {
   const int64_t n = g.num_dst(), d = x.size(1);
   check_inputs(g.dst_indptr, g.dst_src, g.dst_eid, x, ef, n);
-  gated::check_csr(g.src_indptr, g.src_dst, x.size(0));  // the backward's CSR, checked where the call is made
-  gated::check_csr(g.src_indptr, g.src_eid, x.size(0));
+  gpse_native::check_csr(g.src_indptr, g.src_dst, x.size(0));  // the backward's CSR, checked where the call is made
+  gpse_native::check_csr(g.src_indptr, g.src_eid, x.size(0));
   gpse_native::check(self_weight == 0.0 || n <= x.size(0), "the self term needs a row of x per destination");
   at::Tensor out = at::empty({n, d}, x.options().dtype(at::kFloat));
-  gated::dispatch(x, [&](auto tag) {
+  gpse_native::dispatch(x, [&](auto tag) {
     using T = decltype(tag);
     forward_kernel<T>(g.dst_indptr.data_ptr<int64_t>(), g.dst_src.data_ptr<int64_t>(), g.dst_eid.data_ptr<int64_t>(),
-                      gated::rows<T>(x), gated::rows<T>(ef), static_cast<float>(self_weight),
+                      gpse_native::rows<T>(x), gpse_native::rows<T>(ef), static_cast<float>(self_weight),
                       out.data_ptr<float>(), n, d);
   });
   return out;
@@ -111,10 +111,10 @@ std::pair<at::Tensor, at::Tensor> run_backward(const EdgeCsr& g, const at::Tenso
   at::Tensor grad_ef = at::empty(ef.sizes(), ef.options().dtype(at::kFloat));
   at::Tensor grad_x = want_x ? at::empty(x.sizes(), x.options().memory_format(at::MemoryFormat::Contiguous))
                              : at::Tensor();
-  gated::dispatch(x, [&](auto tag) {
+  gpse_native::dispatch(x, [&](auto tag) {
     using T = decltype(tag);
     grad_by_source_kernel<T>(g.src_indptr.data_ptr<int64_t>(), g.src_dst.data_ptr<int64_t>(),
-                             g.src_eid.data_ptr<int64_t>(), gated::rows<T>(x), gated::rows<T>(ef),
+                             g.src_eid.data_ptr<int64_t>(), gpse_native::rows<T>(x), gpse_native::rows<T>(ef),
                              grad_out.data_ptr<float>(), static_cast<float>(self_weight), n_dst,
                              grad_ef.data_ptr<float>(), want_x ? grad_x.data_ptr<T>() : nullptr, n_src, d);
   });

@@ -22,18 +22,11 @@
 #include <vector>
 
 #include "native.h"
-#include "splitmix64.h"
+#include "dropout_mask.h"
 
 namespace {
 
-using gpse_native::splitmix64;
-
-struct Dropping {
-  bool active;         // p > 0
-  uint64_t seed;
-  uint64_t threshold;  // kept where splitmix64(seed, index) >= threshold
-  float scale;         // 1 / (1 - p)
-};
+using gpse_native::DropoutMask;
 
 // NaN is written as a bit pattern and found by its bits: the build's -ffast-math lets the compiler assume that
 // no float is NaN, so float comparisons and fmax may drop one, but integer operations on the bits cannot.
@@ -66,12 +59,12 @@ __attribute__((noinline)) bool has_nan(const float* z, int64_t d) {
 
 // y = relu(dropout(z)) over one row whose first element has index `first` in the (n, d) layout; returns the
 // row's sum of squares. Not inlined into a task's lambda, so that no captured value is reloaded per element.
-__attribute__((noinline)) float dropped_relu(const float* z, Dropping drop, uint64_t first, float* y, int64_t d) {
+__attribute__((noinline)) float dropped_relu(const float* z, DropoutMask drop, uint64_t first, float* y, int64_t d) {
   float squares = 0.0f;
   if (drop.active) {
 #pragma omp simd reduction(+ : squares)
     for (int64_t j = 0; j < d; ++j) {
-      const float noise = splitmix64(drop.seed, first + static_cast<uint64_t>(j)) >= drop.threshold ? drop.scale : 0.0f;
+      const float noise = drop.keeps(first + static_cast<uint64_t>(j)) ? drop.scale : 0.0f;
       const float value = std::fmax(z[j] * noise, 0.0f);
       y[j] = value;
       squares += value * value;
@@ -129,11 +122,6 @@ void check_kept(const at::Tensor& y, const at::Tensor& norm, int64_t n, int64_t 
   check_rows(y, "y", n, d);
 }
 
-Dropping dropping(int64_t seed, double p) {
-  TORCH_CHECK(p >= 0.0 && p < 1.0, "p must be in [0, 1)");
-  return {p > 0.0, static_cast<uint64_t>(seed), gpse_native::keep_threshold(p), gpse_native::keep_scale(p)};
-}
-
 }  // namespace
 
 // out = h + normalize(relu(dropout(z))) row by row (h None: no residual); y and norm (both None, or both
@@ -147,7 +135,7 @@ void residual_forward(at::Tensor z, c10::optional<at::Tensor> h, int64_t seed, d
   TORCH_CHECK(keep == norm.has_value(), "y and norm are given together or not at all");
   if (residual) check_rows(*h, "h", n, d);
   if (keep) check_kept(*y, *norm, n, d);
-  const Dropping drop = dropping(seed, p);
+  const DropoutMask drop = gpse_native::dropout_mask(seed, p);
   const float* z_data = z.data_ptr<float>();
   const float* h_data = residual ? h->data_ptr<float>() : nullptr;
   float* y_data = keep ? y->data_ptr<float>() : nullptr;
@@ -182,7 +170,7 @@ void residual_backward(at::Tensor y, at::Tensor norm, at::Tensor grad_out, doubl
   TORCH_CHECK(grad_out.is_contiguous() && grad_z.is_contiguous(), "grad_out and grad_z must be contiguous");
   check_rows(grad_out, "grad_out", n, d);
   check_rows(grad_z, "grad_z", n, d);
-  const float scale = dropping(0, p).scale;
+  const float scale = gpse_native::keep_scale(gpse_native::checked_rate(p));
   const float epsilon = static_cast<float>(eps);
   const float* y_data = y.data_ptr<float>();
   const float* norm_data = norm.data_ptr<float>();

@@ -7,25 +7,25 @@
 // Rows are float32 or bfloat16; every sum is float32 and runs over a node's edges in edge-id order on one thread,
 // so the result does not depend on the number of threads.
 #include "edge_csr.h"
-#include "gated_sum.h"
+#include "rows.h"
 #include "node_sums.h"
 
 namespace {
 
-using gated::load;
-using gated::Rows;
+using gpse_native::load;
+using gpse_native::Rows;
 
 // out[v] (float32) = w x[v] + sum of x[index[e]] over v's in-edges [indptr[v], indptr[v + 1]) (index: their
 // sources), for v < n; the self term only where w != 0; with `mean`, that divided by v's in-degree (if any).
 template <typename T>
 void sum_kernel(const int64_t* indptr, const int64_t* index, Rows<T> x, float self_weight, bool mean, float* out,
                 int64_t n, int64_t d) {
-  at::parallel_for(0, n, gated::kGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, gpse_native::kGrain, [&](int64_t begin, int64_t end) {
     for (int64_t v = begin; v < end; ++v) {
       float* acc = out + v * d;
       node_sums::start_with_self_term(acc, x[v], self_weight, d);
       for (int64_t e = indptr[v]; e < indptr[v + 1]; ++e) {
-        if (e + gated::kPrefetchAhead < indptr[v + 1]) gated::prefetch_row(x[index[e + gated::kPrefetchAhead]], d);
+        if (e + gpse_native::kPrefetchAhead < indptr[v + 1]) gpse_native::prefetch_row(x[index[e + gpse_native::kPrefetchAhead]], d);
         const T* xu = x[index[e]];
 #pragma omp simd
         for (int64_t j = 0; j < d; ++j) acc[j] += load(xu, j);
@@ -45,16 +45,16 @@ struct USum : public torch::autograd::Function<USum> {
                             std::vector<at::Tensor> csr) {
     const graph_csr::EdgeCsr g = graph_csr::EdgeCsr::from(csr);
     const int64_t n = g.num_dst(), d = x.size(1);
-    gated::check_csr(g.dst_indptr, g.dst_src, n);
-    gated::check_csr(g.src_indptr, g.src_dst, g.num_src());
-    gated::check_rows(x, "x", d);
+    gpse_native::check_csr(g.dst_indptr, g.dst_src, n);
+    gpse_native::check_csr(g.src_indptr, g.src_dst, g.num_src());
+    gpse_native::check_rows(x, "x", d);
     gpse_native::check(g.num_src() == x.size(0), "one source CSR row per row of x");
     gpse_native::check(self_weight == 0.0 || n <= x.size(0), "the self term needs a row of x per destination");
     gpse_native::check(self_weight == 0.0 || !mean, "the mean takes no self term");
     at::Tensor out = at::empty({n, d}, x.options().dtype(at::kFloat));
-    gated::dispatch(x, [&](auto tag) {
+    gpse_native::dispatch(x, [&](auto tag) {
       using T = decltype(tag);
-      sum_kernel<T>(g.dst_indptr.data_ptr<int64_t>(), g.dst_src.data_ptr<int64_t>(), gated::rows<T>(x),
+      sum_kernel<T>(g.dst_indptr.data_ptr<int64_t>(), g.dst_src.data_ptr<int64_t>(), gpse_native::rows<T>(x),
                     static_cast<float>(self_weight), mean, out.data_ptr<float>(), n, d);
     });
     // the mean's backward divides grad_out by the in-degrees (at least 1), as the forward pass divided the sums
@@ -75,7 +75,7 @@ struct USum : public torch::autograd::Function<USum> {
     const int64_t rows = ctx->saved_data["rows"].toInt(), d = grad_out.size(1);
     const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["dtype"].toInt());
     at::Tensor grad_x = at::empty({rows, d}, grad_out.options().dtype(dtype));
-    gated::dispatch(grad_x, [&](auto tag) {
+    gpse_native::dispatch(grad_x, [&](auto tag) {
       using T = decltype(tag);
       // the sum over grad_out by source; sources without a destination row (u >= n_dst) take no self term
       node_sums::sum_by_node<T>(saved[0].data_ptr<int64_t>(), saved[1].data_ptr<int64_t>(), grad_out.data_ptr<float>(),
