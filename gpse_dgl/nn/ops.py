@@ -41,6 +41,8 @@ torch.Size([3, 4])
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .. import _env  # noqa: F401
@@ -102,6 +104,23 @@ def _dgl_kernel(kernel, graph, *tensors):
         return kernel(_dgl_graph_on(graph, device), *(to_accumulation(t) for t in tensors))
 
 
+def _fused(op: str, graph, backend, *operands, **options):
+    """``op`` on its kernel (:func:`gpse_dgl.kernels.run`, with autograd) where the op's own ``"auto"`` rule picks
+    ``"torch"`` and a kernel takes the operands, cast to their promoted dtype (a kernel reads one dtype); None
+    otherwise: the caller's unfused ops run."""
+    if resolve_backend(backend, operands[0].device, op, graph.num_edges()) != "torch":
+        return None
+    dtype = functools.reduce(torch.promote_types, (t.dtype for t in operands))
+    return kernels.run(op, graph, *(t.to(dtype) for t in operands), autograd=True, **options)
+
+
+def _with_self_term(summed, graph, src_feat, self_weight: float):
+    """``self_weight * src_feat[v] + summed[v]`` over the destination nodes (GIN's and GINE's ``(1 + eps) h_v``)."""
+    if not self_weight:
+        return summed
+    return self_weight * src_feat[: graph.num_dst_nodes()].to(summed.dtype) + summed
+
+
 def u_add_v(graph, src_feat, dst_feat, backend=None):
     """Per edge ``src_feat[u] + dst_feat[v]`` (shape ``(E, ...)``)."""
     if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
@@ -140,19 +159,18 @@ def copy_u_sum(graph, src_feat, backend=None, self_weight: float = 0.0):
     backward) when it could be built; otherwise ``"auto"`` picks as for the other ops, and the gathered rows are
     summed (torch) or DGL sums them, the self term added after.
     """
-    if resolve_backend(backend, src_feat.device, "copy_u_sum", graph.num_edges()) == "torch":
-        summed = kernels.run("copy_u_sum", graph, src_feat, autograd=True, self_weight=self_weight)
-        if summed is not None:
-            return summed
-    backend = resolve_backend(backend, src_feat.device, num_edges=graph.num_edges())
-    if backend == "dgl":
-        summed = _dgl_kernel(dgl.ops.copy_u_sum, graph, src_feat)
-    else:
-        src, dst = edge_index(graph, src_feat.device)
-        summed = _scatter_sum(_gather(src_feat, src), dst, graph.num_dst_nodes())
-    if self_weight:
-        summed = self_weight * src_feat[: graph.num_dst_nodes()].to(summed.dtype) + summed
-    return summed
+    summed = _fused("copy_u_sum", graph, backend, src_feat, self_weight=self_weight)
+    if summed is not None:
+        return summed
+    return _with_self_term(_unfused_copy_u_sum(graph, src_feat, backend), graph, src_feat, self_weight)
+
+
+def _unfused_copy_u_sum(graph, src_feat, backend):
+    """The neighbour sum without its kernel, on the path the other ops' rule picks."""
+    if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
+        return _dgl_kernel(dgl.ops.copy_u_sum, graph, src_feat)
+    src, dst = edge_index(graph, src_feat.device)
+    return _scatter_sum(_gather(src_feat, src), dst, graph.num_dst_nodes())
 
 
 def copy_u_mean(graph, src_feat, backend=None):
@@ -162,13 +180,12 @@ def copy_u_mean(graph, src_feat, backend=None):
     :func:`copy_u_sum` divides each sum by the in-degree in the same pass, where it takes the operands; otherwise
     ``"auto"`` picks as for the other ops.
     """
-    if resolve_backend(backend, src_feat.device, "copy_u_mean", graph.num_edges()) == "torch":
-        mean = kernels.run("copy_u_mean", graph, src_feat, autograd=True)
-        if mean is not None:
-            return mean
+    mean = _fused("copy_u_mean", graph, backend, src_feat)
+    if mean is not None:
+        return mean
     if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
         return _dgl_kernel(dgl.ops.copy_u_mean, graph, src_feat)
-    total = copy_u_sum(graph, src_feat, backend="torch")
+    total = _unfused_copy_u_sum(graph, src_feat, "torch")
     deg = in_degrees(graph, src_feat.device).clamp(min=1).to(total.dtype)
     return total / deg.view(-1, *([1] * (total.dim() - 1)))
 
@@ -196,22 +213,16 @@ def relu_sum(graph, src_feat, edge_feat, backend=None, self_weight: float = 0.0)
     dtype on the unfused paths; every sum is float32. The kernel starts each destination's sum at its self term,
     the unfused paths add the self term to the sum: equal up to float32 rounding.
     """
-    backend = resolve_backend(backend, src_feat.device, "relu_sum")
-    if backend == "torch":
-        dtype = torch.promote_types(src_feat.dtype, edge_feat.dtype)
-        summed = kernels.run("relu_sum", graph, src_feat.to(dtype), edge_feat.to(dtype), autograd=True,
-                             self_weight=self_weight)
-        if summed is not None:
-            return summed
+    summed = _fused("relu_sum", graph, backend, src_feat, edge_feat, self_weight=self_weight)
+    if summed is not None:
+        return summed
     messages = torch.relu(copy_u(graph, src_feat) + edge_feat)
-    if backend == "dgl":
+    if resolve_backend(backend, src_feat.device, "relu_sum") == "dgl":
         summed = copy_e_sum(graph, messages, backend="dgl")
     else:
         _, dst = edge_index(graph, src_feat.device)
         summed = _scatter_sum(messages, dst, graph.num_dst_nodes())
-    if self_weight:
-        summed = self_weight * src_feat[: graph.num_dst_nodes()].to(summed.dtype) + summed
-    return summed
+    return _with_self_term(summed, graph, src_feat, self_weight)
 
 
 def edge_gated_sum(graph, val, dst_gate, src_gate, edge_gate, eps: float, backend=None):
@@ -227,13 +238,9 @@ def edge_gated_sum(graph, val, dst_gate, src_gate, edge_gate, eps: float, backen
     ``None``/``"auto"`` tries the kernel first, as for :func:`relu_sum`, and otherwise lets each op pick its own
     path. The kernel's logits are float32; the unfused path's are in the inputs' promoted dtype.
     """
-    if resolve_backend(backend, val.device, "edge_gated_sum") == "torch":
-        dtype = torch.promote_types(torch.promote_types(val.dtype, dst_gate.dtype),
-                                    torch.promote_types(src_gate.dtype, edge_gate.dtype))
-        result = kernels.run("edge_gated_sum", graph, val.to(dtype), dst_gate.to(dtype), src_gate.to(dtype),
-                             edge_gate.to(dtype), autograd=True, eps=eps)
-        if result is not None:
-            return result
+    result = _fused("edge_gated_sum", graph, backend, val, dst_gate, src_gate, edge_gate, eps=eps)
+    if result is not None:
+        return result
     logits = u_add_v(graph, src_gate, dst_gate, backend=backend) + edge_gate
     gate = torch.sigmoid(logits)
     numerator = u_mul_e_sum(graph, val, gate, backend=backend)
