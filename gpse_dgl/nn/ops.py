@@ -336,12 +336,9 @@ def _dst_chunks(graph: dgl.DGLGraph, device: torch.device, chunk_edges: int):
 
 
 def _build_dst_chunks(graph, device, chunk_edges: int) -> list:
-    src, dst = edge_index(graph, torch.device("cpu"))
-    n_dst = graph.num_dst_nodes()
-    order = torch.argsort(dst, stable=True)
-    src, dst = src[order], dst[order]
-    indptr = torch.zeros(n_dst + 1, dtype=torch.int64)
-    indptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n_dst), 0)
+    layout = kernels.GatedCSR.of(graph)  # the in-edges by destination, stably: the gated-sum kernels' own layout
+    indptr, src, n_dst = layout.dst_indptr, layout.dst_index, layout.num_dst
+    dst = torch.repeat_interleave(torch.arange(n_dst, dtype=torch.int64), indptr.diff())
     num_edges = int(indptr[-1])
     targets = torch.arange(chunk_edges, max(num_edges, chunk_edges), chunk_edges, dtype=torch.int64)
     cuts = torch.searchsorted(indptr, targets, right=False).tolist()
