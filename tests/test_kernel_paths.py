@@ -85,3 +85,27 @@ def test_path_of_without_a_kernel_follows_each_ops_fallback(monkeypatch):
     assert kernels.path_of("edge_gated_sum", "cpu", num_edges=10) == "torch"
     assert kernels.path_of("relu_sum", "cpu", num_edges=large) == "torch"
     assert kernels.path_of("gated_sum", "cpu", num_edges=large) == "torch"
+
+
+@pytest.mark.parametrize("op", ["copy_u_sum", "copy_u_mean", "relu_sum", "edge_gated_sum", "gated_sum"])
+def test_rows_without_unit_column_stride_still_take_the_kernel(compiled, op):
+    """Every CPU kernel's wrapper copies rows whose entries are not adjacent (a transposed tensor): the kernel runs,
+    with the result and gradients of the contiguous rows, instead of declining for layout alone."""
+    from gpse_dgl.kernels import cpu
+
+    torch.manual_seed(0)
+    graph = dgl.graph((torch.randint(0, 12, (40,)), torch.randint(0, 12, (40,))), num_nodes=12)
+    node_rows = {"copy_u_sum": 1, "copy_u_mean": 1, "relu_sum": 1, "edge_gated_sum": 3, "gated_sum": 3}[op]
+    edge_rows = {"relu_sum": 1, "edge_gated_sum": 1}.get(op, 0)
+    transposed = [torch.randn(8, 12).t().requires_grad_() for _ in range(node_rows)]
+    transposed += [torch.randn(8, 40).t().requires_grad_() for _ in range(edge_rows)]
+    assert not any(t.stride(-1) == 1 for t in transposed) and cpu.supports(*transposed)
+    contiguous = [t.detach().contiguous().requires_grad_() for t in transposed]
+    options = {"eps": 1e-6} if op == "edge_gated_sum" else {}
+    got = kernels.run(op, graph, *transposed, autograd=True, **options)
+    expected = kernels.run(op, graph, *contiguous, autograd=True, **options)
+    assert got is not None
+    got, expected = (r[0] if isinstance(r, tuple) else r for r in (got, expected))
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    for a, b in zip(torch.autograd.grad(got.sum(), transposed), torch.autograd.grad(expected.sum(), contiguous)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 
-__all__ = ["CFLAGS", "SOURCES", "available", "describe", "kernel", "require", "supports"]
+__all__ = ["CFLAGS", "SOURCES", "available", "describe", "kernel", "require", "supports", "unit_stride_rows"]
 
 _CSRC = Path(__file__).parent / "csrc"
 #: The extension's sources: every C++ file of ``csrc/`` (one module; each source binds its own entry points,
@@ -176,8 +176,8 @@ def describe() -> str:
 
 
 def supports(*tensors: torch.Tensor) -> bool:
-    """Whether the fused kernel can take these tensors: on the CPU, float32 or bfloat16, one dtype, and
-    the kernel built."""
+    """Whether the kernels can take these rows: 2-D, on the CPU, float32 or bfloat16, one dtype, and the extension
+    built. Any layout: the wrappers pass them through :func:`unit_stride_rows`."""
     dtype = tensors[0].dtype
     return (all(t.device.type == "cpu" and t.dtype == dtype and t.dim() == 2 for t in tensors)
             and dtype in (torch.float32, torch.bfloat16) and kernel() is not None)
@@ -189,3 +189,11 @@ def require(what: str):
     if module is None:
         raise RuntimeError(f"{what}: the compiled CPU kernels are not available ({_state['reason']})")
     return module
+
+
+def unit_stride_rows(t: torch.Tensor) -> torch.Tensor:
+    """``t`` itself where its rows have unit column stride, else a contiguous copy. The edge kernels read rows at
+    any row stride (a column slice of a wider projection is read in place) but each row's entries in order; every
+    wrapper passes its rows through this, so that no ``supports`` declines for layout alone. (The BatchNorm step
+    is the exception: its column sums walk whole contiguous tensors, :mod:`.batch_norm_act`.)"""
+    return t if t.stride(-1) == 1 else t.contiguous()

@@ -35,10 +35,10 @@ __all__ = ["edge_gated_sum", "supports"]
 
 
 def supports(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: torch.Tensor, edge_gate: torch.Tensor) -> bool:
-    """Whether the kernel takes these operands: 2-D float32 or bfloat16 rows of one dtype and width, rows
-    contiguous, on the CPU, the kernels built."""
+    """Whether the kernel takes these operands: 2-D float32 or bfloat16 rows of one dtype and width on the CPU, the
+    kernels built."""
     operands = (val, dst_gate, src_gate, edge_gate)
-    return (cpu.supports(*operands) and all(t.shape[1] == val.shape[1] and t.stride(-1) == 1 for t in operands))
+    return cpu.supports(*operands) and all(t.shape[1] == val.shape[1] for t in operands)
 
 
 def edge_gated_sum(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: torch.Tensor, edge_gate: torch.Tensor,
@@ -46,5 +46,6 @@ def edge_gated_sum(graph, val: torch.Tensor, dst_gate: torch.Tensor, src_gate: t
     """``(out, logits)`` as float32 ``(num_dst_nodes, d)`` and ``(E, d)``, with autograd (:func:`supports` must
     hold)."""
     csr = EdgeCSR.of(graph)
-    out, logits = cpu.kernel().edge_gated_sum(val, dst_gate, src_gate, edge_gate, float(eps), csr.arrays)
+    rows = (cpu.unit_stride_rows(t) for t in (val, dst_gate, src_gate, edge_gate))
+    out, logits = cpu.kernel().edge_gated_sum(*rows, float(eps), csr.arrays)
     return out, logits

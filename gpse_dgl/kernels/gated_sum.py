@@ -127,6 +127,7 @@ def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: t
     wider projection, are written where they are)."""
     csr = GatedCSR.of(graph)
     check_gated_operands(csr, dst_gate, src_gate, src_feat, out)
+    dst_gate, src_gate, src_feat = (cpu.unit_stride_rows(t) for t in (dst_gate, src_gate, src_feat))
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (dst_gate, src_gate, src_feat))
     if needs_grad:
         return _NativeGatedSum.apply(dst_gate, src_gate, src_feat, csr)

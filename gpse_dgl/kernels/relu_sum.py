@@ -41,7 +41,6 @@ def supports(graph, x: torch.Tensor, edge_feat: torch.Tensor) -> bool:
 def relu_sum(graph, x: torch.Tensor, edge_feat: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
     """``out[v] = self_weight * x[v] + sum_{e = (u, v)} relu(x[u] + edge_feat[e])`` as float32
     ``(num_dst_nodes, d)``, with autograd (:func:`supports` must hold)."""
-    x = x if x.stride(-1) == 1 else x.contiguous()
-    edge_feat = edge_feat if edge_feat.stride(-1) == 1 else edge_feat.contiguous()
     csr = EdgeCSR.of(graph)
-    return cpu.kernel().relu_sum(x, edge_feat, float(self_weight), csr.arrays)
+    return cpu.kernel().relu_sum(cpu.unit_stride_rows(x), cpu.unit_stride_rows(edge_feat), float(self_weight),
+                                 csr.arrays)
