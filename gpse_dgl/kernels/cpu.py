@@ -33,7 +33,8 @@ from pathlib import Path
 import torch
 
 
-__all__ = ["CFLAGS", "SOURCES", "available", "describe", "kernel", "require", "supports", "unit_stride_rows"]
+__all__ = ["CFLAGS", "SOURCES", "available", "describe", "distinct_rows", "kernel", "require", "supports",
+           "unit_stride_rows"]
 
 _CSRC = Path(__file__).parent / "csrc"
 #: The extension's sources: every C++ file of ``csrc/`` (one module; each source binds its own entry points,
@@ -197,3 +198,10 @@ def unit_stride_rows(t: torch.Tensor) -> torch.Tensor:
     wrapper passes its rows through this, so that no ``supports`` declines for layout alone. (The BatchNorm step
     is the exception: its column sums walk whole contiguous tensors, :mod:`.batch_norm_act`.)"""
     return t if t.stride(-1) == 1 else t.contiguous()
+
+
+def distinct_rows(t: torch.Tensor) -> bool:
+    """Whether a kernel can write the rows of ``t`` where they are: 2-D, unit column stride, and no two rows
+    sharing memory (an expanded tensor's do; a single row cannot). Any row stride: a column slice of a wider
+    tensor is written in place."""
+    return t.dim() == 2 and t.stride(-1) == 1 and (t.shape[0] <= 1 or t.stride(0) >= t.shape[1])

@@ -84,9 +84,9 @@ def _forget() -> None:
 
 
 def accumulates_in_place(out: torch.Tensor) -> bool:
-    """Whether a kernel can add its rows into ``out`` where it is: float32, 2-d, unit column stride, rows
-    that do not overlap (an expanded tensor's do)."""
-    return out.dtype == torch.float32 and out.dim() == 2 and out.stride(1) == 1 and out.stride(0) >= out.shape[1]
+    """Whether a kernel can add its float32 sums into ``out`` where it is
+    (:func:`gpse_dgl.kernels.cpu.distinct_rows`)."""
+    return out.dtype == torch.float32 and cpu.distinct_rows(out)
 
 
 class _NativeGatedSum(torch.autograd.Function):

@@ -38,6 +38,7 @@ import torch
 
 from ..utils.graph_cache import cached_on_graph
 from ..utils.text import first_line
+from . import cpu
 from .csr import GatedCSR, check_gated_operands
 from .gated_sum import accumulates_in_place
 
@@ -180,7 +181,7 @@ def supports_residual_update(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn
     mode with running statistics, rows of at most :data:`MAX_RESIDUAL_DIM`."""
     # the device first: on the CPU this runs once per layer and returns at once
     return (_on_capable_gpu((h, conv)) and h.dtype == torch.float32 and conv.dtype in _DTYPES and h.dim() == 2
-            and conv.shape == h.shape and h.stride(1) == 1 and conv.stride(1) == 1 and h.stride(0) >= h.shape[1]
+            and conv.shape == h.shape and cpu.distinct_rows(h) and conv.stride(1) == 1
             and not norm.training and norm.running_mean is not None and norm.running_var is not None
             and h.shape[1] <= MAX_RESIDUAL_DIM and available())
 

@@ -40,12 +40,12 @@ EPS = 1e-12
 
 
 def supports(h: torch.Tensor | None, z: torch.Tensor, p: float = 0.0) -> bool:
-    """Whether the kernel takes these rows: float32 on the CPU, 2-D, one shape, unit column stride, rows that
-    do not overlap (an expanded tensor's do), ``p < 1``, and the kernels built."""
+    """Whether the kernel takes these rows: float32 on the CPU, one shape, rows it can write in place
+    (:func:`gpse_dgl.kernels.cpu.distinct_rows`: the step may write ``h`` or ``z`` itself), ``p < 1``, and the
+    kernels built."""
     operands = (z,) if h is None else (h, z)
     return (p < 1.0 and (h is None or h.shape == z.shape)
-            and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.dim() == 2 and t.stride(-1) == 1
-                    and (t.shape[0] <= 1 or t.stride(0) >= t.shape[1]) for t in operands)
+            and all(t.device.type == "cpu" and t.dtype == torch.float32 and cpu.distinct_rows(t) for t in operands)
             and cpu.available())
 
 

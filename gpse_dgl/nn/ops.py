@@ -54,9 +54,9 @@ from ..kernels import BACKENDS, dgl_supports, resolve_backend
 from ..utils.graph_cache import cached_on_graph
 from ..utils.precision import accumulation_dtype, to_accumulation
 
-__all__ = ["BACKENDS", "copy_e_sum", "copy_u_mean", "copy_u_sum", "dgl_supports", "edge_gated_sum", "edge_index",
-           "edge_softmax", "gated_sum", "in_degrees", "relu_sum", "out_degrees", "readout", "resolve_backend", "segment_ids", "segment_reduce",
-           "u_add_v", "u_mul_e_sum"]
+__all__ = ["BACKENDS", "copy_e_sum", "copy_u", "copy_u_mean", "copy_u_sum", "copy_v", "dgl_supports", "edge_gated_sum",
+           "edge_index", "edge_softmax", "gated_sum", "in_degrees", "out_degrees", "readout", "relu_sum",
+           "resolve_backend", "segment_ids", "segment_reduce", "u_add_v", "u_dot_v", "u_mul_e_sum"]
 
 
 def edge_index(graph: dgl.DGLGraph, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
