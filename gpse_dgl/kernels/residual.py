@@ -52,7 +52,7 @@ def supports(h: torch.Tensor | None, z: torch.Tensor, p: float = 0.0) -> bool:
 def normalized_residual(h: torch.Tensor | None, z: torch.Tensor, p: float) -> torch.Tensor:
     """``h + normalize(relu(dropout(z, p)))`` (``h=None``: without the residual) with autograd, as a new tensor;
     ``p`` is the dropout probability in force (0 in eval mode)."""
-    seed = draw_seed() if p > 0.0 else 0
+    seed = _seed(p)
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (h, z)):
         return _NormalizedResidual.apply(h, z, seed, p)
     out = torch.empty(z.shape, dtype=torch.float32)
@@ -62,9 +62,15 @@ def normalized_residual(h: torch.Tensor | None, z: torch.Tensor, p: float) -> to
 
 def normalized_residual_(h: torch.Tensor, z: torch.Tensor, p: float) -> torch.Tensor:
     """:func:`normalized_residual` in place on ``h`` without autograd. Returns ``h``."""
-    cpu.kernel().residual_forward(z, h, draw_seed() if p > 0.0 else 0, p, EPS, None, None, h)
+    cpu.kernel().residual_forward(z, h, _seed(p), p, EPS, None, None, h)
     increment_version(h)  # written through its pointer: counted as an in-place op counts it
     return h
+
+
+def _seed(p: float) -> int:
+    """The seed of one dropout draw (:func:`gpse_dgl.kernels.dropout.draw_seed`), drawn only where something is
+    dropped, so that eval mode leaves torch's generator where it was."""
+    return draw_seed() if p > 0.0 else 0
 
 
 class _NormalizedResidual(torch.autograd.Function):

@@ -27,6 +27,9 @@ from .csr import EdgeCSR
 
 __all__ = ["supports", "u_mean", "u_sum"]
 
+#: The kernel's ``mean`` argument: each sum divided by the in-degree in the same pass, or not.
+_SUM, _MEAN = False, True
+
 
 def supports(graph, x: torch.Tensor) -> bool:
     """Whether the kernel takes these operands: 2-D float32 or bfloat16 rows on the CPU, the kernels built."""
@@ -37,11 +40,11 @@ def u_sum(graph, x: torch.Tensor, self_weight: float = 0.0) -> torch.Tensor:
     """``self_weight * x[v] + sum_{u -> v} x[u]`` as float32 ``(num_dst_nodes, d)``, with autograd
     (:func:`supports` must hold)."""
     csr = EdgeCSR.of(graph)
-    return cpu.kernel().u_sum(cpu.unit_stride_rows(x), float(self_weight), False, csr.arrays)
+    return cpu.kernel().u_sum(cpu.unit_stride_rows(x), float(self_weight), _SUM, csr.arrays)
 
 
 def u_mean(graph, x: torch.Tensor) -> torch.Tensor:
     """``mean_{u -> v} x[u]`` (0 without in-edges) as float32 ``(num_dst_nodes, d)``, with autograd: the sum of
     :func:`u_sum` divided in the same pass (:func:`supports` must hold)."""
     csr = EdgeCSR.of(graph)
-    return cpu.kernel().u_sum(cpu.unit_stride_rows(x), 0.0, True, csr.arrays)
+    return cpu.kernel().u_sum(cpu.unit_stride_rows(x), 0.0, _MEAN, csr.arrays)
