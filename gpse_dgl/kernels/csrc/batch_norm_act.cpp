@@ -56,7 +56,7 @@ struct Options {
   double momentum, eps;
 };
 
-void check_rows(const at::Tensor& t, const char* name, const at::Tensor& like) {
+void check_rows_like(const at::Tensor& t, const char* name, const at::Tensor& like) {
   gpse_native::check(t.is_contiguous() && t.scalar_type() == at::kFloat && t.sizes() == like.sizes(),
                      "%s must be contiguous float32 of x's shape", name);
 }
@@ -245,14 +245,15 @@ struct BatchNormAct : public torch::autograd::Function<BatchNormAct> {
   static at::Tensor forward(torch::autograd::AutogradContext* ctx, at::Tensor x, at::Tensor pre, at::Tensor post,
                             at::Tensor weight, at::Tensor bias, at::Tensor running_mean, at::Tensor running_var,
                             bool batch_stats, bool relu, double momentum, double eps) {
-    // absent operands arrive as empty tensors (a C++ autograd function takes no undefined ones)
+    // absent operands arrive as empty tensors: a C++ autograd function takes no undefined ones, and the position of
+    // each operand must stay fixed, since needs_input_grad counts the tensors passed
     pre = given(pre), post = given(post), weight = given(weight), bias = given(bias);
     running_mean = given(running_mean), running_var = given(running_var);
     const Options o{batch_stats, relu, momentum, eps};
-    check_rows(x, "x", x);
+    check_rows_like(x, "x", x);
     gpse_native::check(x.dim() == 2, "x must be 2-D");
-    if (pre.defined()) check_rows(pre, "pre", x);
-    if (post.defined()) check_rows(post, "post", x);
+    if (pre.defined()) check_rows_like(pre, "pre", x);
+    if (post.defined()) check_rows_like(post, "post", x);
     const int64_t d = x.size(1);
     if (weight.defined()) check_column(weight, "weight", d);
     if (bias.defined()) check_column(bias, "bias", d);

@@ -29,10 +29,10 @@ using gpse_native::Rows;
 using gated::sigmoid;
 using gpse_native::store;
 
-using Graph = graph_csr::EdgeCsr;
+using graph_csr::EdgeCsr;
 
 template <typename T>
-void forward_kernel(const Graph& g, Rows<T> val, Rows<T> dg, Rows<T> sg, Rows<T> eg, float eps, float* out,
+void forward_kernel(const EdgeCsr& g, Rows<T> val, Rows<T> dg, Rows<T> sg, Rows<T> eg, float eps, float* out,
                     float* den, float* logits, int64_t n, int64_t d) {
   const int64_t* indptr = g.dst_indptr.data_ptr<int64_t>();
   const int64_t* src = g.dst_src.data_ptr<int64_t>();
@@ -73,7 +73,7 @@ void forward_kernel(const Graph& g, Rows<T> val, Rows<T> dg, Rows<T> sg, Rows<T>
 
 // Pass 1: grad_logit (float32, (E, d)), grad_dg (T, (n, d)) and q (float32, (n, d)).
 template <typename T>
-void grad_destination_kernel(const Graph& g, Rows<T> val, const float* out, const float* den, const float* logits,
+void grad_destination_kernel(const EdgeCsr& g, Rows<T> val, const float* out, const float* den, const float* logits,
                              const float* grad_out, const float* grad_logit_in, float* grad_logit, float* q,
                              T* grad_dg, int64_t n, int64_t d) {
   const int64_t* indptr = g.dst_indptr.data_ptr<int64_t>();
@@ -119,7 +119,7 @@ void grad_destination_kernel(const Graph& g, Rows<T> val, const float* out, cons
 
 // Pass 2: grad_sg and grad_val (T, (n_src, d)), every row written.
 template <typename T>
-void grad_source_kernel(const Graph& g, const float* logits, const float* grad_logit, const float* q, T* grad_sg,
+void grad_source_kernel(const EdgeCsr& g, const float* logits, const float* grad_logit, const float* q, T* grad_sg,
                         T* grad_val, int64_t n, int64_t d) {
   const int64_t* indptr = g.src_indptr.data_ptr<int64_t>();
   const int64_t* eid = g.src_eid.data_ptr<int64_t>();
@@ -149,7 +149,7 @@ void grad_source_kernel(const Graph& g, const float* logits, const float* grad_l
   });
 }
 
-void check_inputs(const Graph& g, const at::Tensor& val, const at::Tensor& dg, const at::Tensor& sg,
+void check_inputs(const EdgeCsr& g, const at::Tensor& val, const at::Tensor& dg, const at::Tensor& sg,
                   const at::Tensor& eg) {
   const int64_t n_dst = g.num_dst(), n_src = g.num_src(), d = val.size(1);
   gpse_native::check_csr(g.dst_indptr, g.dst_src, n_dst);
@@ -172,7 +172,7 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, at::Tensor val,
                                                 at::Tensor dg, at::Tensor sg, at::Tensor eg, double eps,
                                                 std::vector<at::Tensor> csr) {
-    const Graph g = Graph::from(csr);
+    const EdgeCsr g = EdgeCsr::from(csr);
     check_inputs(g, val, dg, sg, eg);
     const int64_t n = g.num_dst(), d = val.size(1);
     const auto floats = val.options().dtype(at::kFloat);
@@ -193,7 +193,7 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
                                                  torch::autograd::variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const at::Tensor &val = saved[0], &out = saved[1], &den = saved[2], &logits = saved[3];
-    const Graph g = Graph::from(saved, 4);
+    const EdgeCsr g = EdgeCsr::from(saved, 4);
     const int64_t n_dst = out.size(0), n_src = val.size(0), d = val.size(1);
     const at::Tensor grad_out = grads[0].defined() ? grads[0].to(at::kFloat).contiguous() : at::Tensor();
     const at::Tensor grad_in = grads[1].defined() ? grads[1].to(at::kFloat).contiguous() : at::Tensor();

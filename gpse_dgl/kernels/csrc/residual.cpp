@@ -109,7 +109,7 @@ __attribute__((noinline)) void backward_row(const float* y, const float* g, floa
 // Rows per task: about 32k elements, so that a batch of molecules still splits over the threads.
 int64_t grain(int64_t d) { return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(d, 1)); }
 
-void check_rows(const at::Tensor& t, const char* name, int64_t n, int64_t d) {
+void check_float_rows(const at::Tensor& t, const char* name, int64_t n, int64_t d) {
   gpse_native::check(t.device().is_cpu() && t.scalar_type() == at::kFloat && t.dim() == 2 && t.size(0) == n &&
                          t.size(1) == d && (d <= 1 || t.stride(1) == 1) && (n <= 1 || t.stride(0) >= d),
                      "%s must be float32 (%lld, %lld) rows with unit column stride that do not overlap", name,
@@ -119,7 +119,7 @@ void check_rows(const at::Tensor& t, const char* name, int64_t n, int64_t d) {
 void check_kept(const at::Tensor& y, const at::Tensor& norm, int64_t n, int64_t d) {
   TORCH_CHECK(y.is_contiguous() && norm.is_contiguous() && norm.scalar_type() == at::kFloat && norm.numel() == n,
               "y must be contiguous and norm one float32 per row");
-  check_rows(y, "y", n, d);
+  check_float_rows(y, "y", n, d);
 }
 
 }  // namespace
@@ -129,11 +129,11 @@ void check_kept(const at::Tensor& y, const at::Tensor& norm, int64_t n, int64_t 
 void residual_forward(at::Tensor z, c10::optional<at::Tensor> h, int64_t seed, double p, double eps,
                       c10::optional<at::Tensor> y, c10::optional<at::Tensor> norm, at::Tensor out) {
   const int64_t n = z.size(0), d = z.size(1);
-  check_rows(z, "z", n, d);
-  check_rows(out, "out", n, d);
+  check_float_rows(z, "z", n, d);
+  check_float_rows(out, "out", n, d);
   const bool residual = h.has_value(), keep = y.has_value();
   TORCH_CHECK(keep == norm.has_value(), "y and norm are given together or not at all");
-  if (residual) check_rows(*h, "h", n, d);
+  if (residual) check_float_rows(*h, "h", n, d);
   if (keep) check_kept(*y, *norm, n, d);
   const DropoutMask drop = gpse_native::dropout_mask(seed, p);
   const float* z_data = z.data_ptr<float>();
@@ -168,8 +168,8 @@ void residual_backward(at::Tensor y, at::Tensor norm, at::Tensor grad_out, doubl
   const int64_t n = y.size(0), d = y.size(1);
   check_kept(y, norm, n, d);
   TORCH_CHECK(grad_out.is_contiguous() && grad_z.is_contiguous(), "grad_out and grad_z must be contiguous");
-  check_rows(grad_out, "grad_out", n, d);
-  check_rows(grad_z, "grad_z", n, d);
+  check_float_rows(grad_out, "grad_out", n, d);
+  check_float_rows(grad_z, "grad_z", n, d);
   const float scale = gpse_native::keep_scale(gpse_native::checked_rate(p));
   const float epsilon = static_cast<float>(eps);
   const float* y_data = y.data_ptr<float>();
