@@ -74,6 +74,38 @@ def test_precompute_equals_add_gpse_graph_by_graph(model):
         torch.testing.assert_close(g.ndata["gpse"], add(g.clone()).ndata["expected"], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("build", ["AddGPSE", "precompute_gpse"])
+def test_auto_precision_is_decided_for_the_models_device(build, monkeypatch):
+    """Without ``device``, ``"auto"`` precision is decided for where the model is (a CUDA model gets the GPU's
+    answer, and the cache key with it), not for the CPU. The model sits on the meta device here, a device that is
+    not the CPU on any machine; the decision is recorded and answered as the CPU's, so that the encoding runs."""
+    from gpse_dgl.encode import transform as transform_module
+    from gpse_dgl.utils.precision import as_precision
+
+    class Decided(Exception):
+        pass
+
+    asked = []
+    module = transform_module if build == "AddGPSE" else precompute_module
+
+    def stop(*args, **kwargs):
+        raise Decided
+
+    def record(precision, device):
+        asked.append(torch.device(device))
+        return as_precision(precision, "cpu")
+
+    monkeypatch.setattr(module, "as_precision", record)
+    model = GPSE(dim_hidden=4, num_layers=2).to("meta")
+    if build == "AddGPSE":
+        AddGPSE(model, precision="auto")
+    else:
+        monkeypatch.setattr(precompute_module, "encode_dataset", stop)
+        with pytest.raises(Decided):
+            precompute_gpse([dgl.graph(([0], [1]))], model=model, precision="auto", cache=False)
+    assert asked == [torch.device("meta")]
+
+
 def test_second_precompute_reads_the_cache(model, tmp_path, monkeypatch):
     first = precompute_gpse(_minigc(), model=model, seed=1, cache=tmp_path, name="minigc")
     assert len(list((tmp_path / "gpse_encodings").glob("*.bin"))) == 1

@@ -54,7 +54,7 @@ from ..utils.progress import progress as progress_bar
 from .graphs import as_simple_undirected, is_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
 
-__all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "bare_encoder", "model_device",
+__all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "bare_encoder", "model_device", "target_device",
            "MAX_FORWARD_BYTES", "DEFAULT_BATCH_SIZE"]
 
 # Above this estimated activation size a batch is encoded layer by layer (see forward_bytes).
@@ -71,6 +71,12 @@ def bare_encoder(model):
 def model_device(model) -> torch.device:
     """Where the model's weights are (what the encoding runs on unless a device is given)."""
     return bare_encoder(model).pre_linear.weight.device
+
+
+def target_device(model, device=None) -> torch.device:
+    """The device an encoding runs on: ``device`` where given, else the model's (:func:`model_device`). What
+    ``"auto"`` precision is decided for."""
+    return torch.device(device) if device is not None else model_device(model)
 
 
 @contextlib.contextmanager
@@ -143,7 +149,7 @@ def _draws(encoder, g, x, seed, samples, device):
 def _large_graph_inference(model, g, x, seed, samples, device, undirected, precision):
     """Shared setup of :func:`encode_large` and :func:`encode_sampled`: yields ``(the encoder on the
     device, the prepared graph, the input-feature draws)`` with the model in inference mode."""
-    device = torch.device(device) if device is not None else model_device(model)
+    device = target_device(model, device)
     with _inference(model, device, as_precision(precision, device)) as encoder:
         if x is not None:
             _check_x(x, g, encoder.dim_in, samples)
@@ -212,7 +218,7 @@ def encode(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: int | No
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
-    device = torch.device(device) if device is not None else model_device(model)
+    device = target_device(model, device)
     with _inference(model, device, as_precision(precision, device)) as encoder:
         if x is not None:
             _check_x(x, g, encoder.dim_in, samples)
@@ -361,7 +367,7 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = DEFA
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     graphs = list(graphs)
-    device = torch.device(device) if device is not None else model_device(model)
+    device = target_device(model, device)
     precision = as_precision(precision, device)  # decided once (a bad name fails before any work), passed down
     dim = bare_encoder(model).dim_hidden
     out: list = [None] * len(graphs)

@@ -37,7 +37,7 @@ import dgl
 from ..data.cache import (default_cache_dir, fingerprint_of, load_graphs_cached, save_graphs_cached,
                           structure_digest)
 from ..utils.precision import Precision, as_precision
-from .inference import bare_encoder, encode_dataset
+from .inference import bare_encoder, encode_dataset, target_device
 from .loading import resolve_model
 
 __all__ = ["precompute_gpse", "dataset_graphs", "model_digest"]
@@ -107,9 +107,10 @@ def precompute_gpse(dataset, model=None, seed: int = 0, samples: int = 1, precis
     >>> graphs[0].ndata["pe"].shape
     torch.Size([2, 4])
     """
-    precision = as_precision(precision, device or "cpu")  # decided once: auto keys the cache by what it stands for
     graphs = dataset_graphs(dataset)
     model = resolve_model(model, device)
+    # decided once, for the device the encodings run on: auto keys the cache by what it stands for there
+    precision = as_precision(precision, target_device(model, device))
     path = fingerprint = None
     if cache:
         path, fingerprint = _cache_location(graphs, model, cache, name or getattr(dataset, "name", None) or "graphs",

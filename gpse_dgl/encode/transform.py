@@ -21,7 +21,7 @@ from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 import dgl
 
 from ..utils.precision import Precision, as_precision
-from .inference import bare_encoder, encode
+from .inference import bare_encoder, encode, target_device
 from .loading import resolve_model
 
 __all__ = ["AddGPSE"]
@@ -60,9 +60,10 @@ class AddGPSE:
 
     def __init__(self, model=None, seed: int = 0, samples: int = 1, precision: Precision | str = "fp32",
                  key: str = "gpse", device=None, **kwargs):
-        self.precision = as_precision(precision, device or "cpu")  # decided once: auto is what it stands for here
-        self.options = {"seed": seed, "samples": samples, "device": device, "precision": self.precision, **kwargs}
         self.model = resolve_model(model, device)
+        # decided once, for the device the encodings run on: auto is what it stands for there
+        self.precision = as_precision(precision, target_device(self.model, device))
+        self.options = {"seed": seed, "samples": samples, "device": device, "precision": self.precision, **kwargs}
         self.key = key
 
     def __call__(self, g: dgl.DGLGraph) -> dgl.DGLGraph:
