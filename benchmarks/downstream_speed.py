@@ -275,7 +275,7 @@ class _Setup:
             optimizer = build_optimizer(self.ours, general["optimizer"])
             scheduler = LRSchedule.from_recipe(optimizer, general, higher_is_better=False)
             self.trainer = Trainer(self.recipe, self.prepared, self.plan, self.ours, self.config, optimizer,
-                                   scheduler, "cpu", Path("unused"), self.mixed_precision)
+                                   scheduler, "cpu", Path("unused"), self.mixed)
         self.trainer._train_epoch(self.epoch)
         self.epoch += 1
 

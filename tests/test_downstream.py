@@ -250,6 +250,39 @@ def test_resume_equals_uninterrupted(tmp_path, cache_dir, every):
     assert again["runs"] == resumed["runs"]
 
 
+def test_resume_restores_the_gradient_scale(tmp_path, cache_dir, monkeypatch):
+    """An fp16 run's gradient scale goes into last.pt and comes back on --resume. fp16 needs CUDA, so the run's
+    scaler is turned on here on the CPU, growing at every step: a resume that restarted it would end at another
+    scale than the uninterrupted run."""
+    from gpse_dgl.train.downstream import job
+    from gpse_dgl.train.mixed_precision import MixedPrecision
+
+    class ScaledOnCpu(MixedPrecision):
+        def __init__(self, precision):
+            super().__init__(precision)
+            self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 8, growth_interval=1)
+
+    monkeypatch.setattr(job, "MixedPrecision", ScaledOnCpu)
+    extra = ["general_pipeline.num_epochs=4", "general_pipeline.lr_scheduler.warmup_epochs=1",
+             "general_pipeline.checkpoint_every=1"]
+    train_downstream(csl_recipe(tmp_path / "whole", cache_dir, *extra), progress=False, seeds=[0])
+
+    def crash(record):
+        if record["epoch"] == 2:
+            raise RuntimeError("simulated kill")
+
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
+                         on_epoch_end=crash)
+    saved = load_checkpoint(tmp_path / "split/seed0-fold0/last.pt")["grad_scaler_state"]
+    assert saved["scale"] > 2.0 ** 8  # it grew before the kill
+    train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0], resume=True)
+    whole = load_checkpoint(tmp_path / "whole/seed0-fold0/last.pt")
+    resumed = load_checkpoint(tmp_path / "split/seed0-fold0/last.pt")
+    assert resumed["grad_scaler_state"] == whole["grad_scaler_state"]
+    assert all(torch.equal(whole["model_state"][k], resumed["model_state"][k]) for k in whole["model_state"])
+
+
 def test_resume_refuses_another_recipe(tmp_path, cache_dir):
     train_downstream(csl_recipe(tmp_path / "job", cache_dir, "general_pipeline.num_epochs=1"), progress=False)
     (tmp_path / "job/seed0-fold0/result.json").unlink()  # make the run look interrupted

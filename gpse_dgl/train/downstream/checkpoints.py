@@ -1,7 +1,7 @@
 """Checkpoints of a downstream run (``last.pt``, ``best.pt``) and the job directory checks.
 
-A checkpoint holds the model, optimiser, schedule and RNG states, the recipe, the run's identity and
-its :class:`~gpse_dgl.train.downstream.runs.RunState`, so a resumed run ends bit-identical to an
+A checkpoint holds the model, optimiser, schedule, gradient-scaler (fp16) and RNG states, the recipe, the run's
+identity and its :class:`~gpse_dgl.train.downstream.runs.RunState`, so a resumed run ends bit-identical to an
 uninterrupted one.
 """
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ...utils import checkpoint as ckpt
 from ...utils.errors import CheckpointError
+from ..mixed_precision import MixedPrecision
 from ..rundir import RunDirectory, check_resumed_recipe
 from ..runtime import first_line, json_safe
 from .runs import RunPlan, RunState
@@ -21,7 +22,9 @@ FORMAT = "gpse-dgl-downstream"
 FORMAT_VERSION = 1
 
 
-def checkpoint_payload(model, optimizer, scheduler, recipe, plan: RunPlan, config, state: RunState) -> dict:
+def checkpoint_payload(model, optimizer, scheduler, recipe, plan: RunPlan, config, state: RunState,
+                       mixed: MixedPrecision) -> dict:
+    scaler = mixed.state_dict()  # empty unless fp16
     return {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "model_state": {k: v.detach().cpu() for k, v in model.state_dict().items()},
@@ -33,11 +36,13 @@ def checkpoint_payload(model, optimizer, scheduler, recipe, plan: RunPlan, confi
         "run": {"seed": plan.seed, "repeat": plan.repeat, "fold": plan.fold},
         "epoch": state.epoch, "best_epoch": state.best_epoch,
         "best": json_safe(state.best), "history": json_safe(state.history),
+        **({"grad_scaler_state": scaler} if scaler else {}),
     }
 
 
-def restore_run(path: Path, recipe, plan: RunPlan, config, model, optimizer, scheduler,
-             rundir: RunDirectory | None = None) -> RunState:
+def restore_run(path: Path, recipe, plan: RunPlan, config, model, optimizer, scheduler, mixed: MixedPrecision,
+                rundir: RunDirectory | None = None) -> RunState:
+    """Load ``path`` into the run's objects (in place); return its :class:`RunState`."""
     payload = ckpt.load_checkpoint(path, required=("format", "model_state", "model_config", "epoch"))
     if payload["format"] != FORMAT:
         raise CheckpointError(f"{path}: not a gpse-dgl downstream checkpoint (format {payload['format']!r})")
@@ -52,6 +57,7 @@ def restore_run(path: Path, recipe, plan: RunPlan, config, model, optimizer, sch
         optimizer.load_state_dict(payload["optimizer_state"])
         scheduler.load_state_dict(payload["scheduler_state"])
         ckpt.restore_rng_state(payload["rng_state"])
+        mixed.load_state_dict(payload.get("grad_scaler_state"))
     except (KeyError, RuntimeError, ValueError) as exc:
         raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None
     best = {k: (math.nan if v is None else v) for k, v in dict(payload["best"]).items()}

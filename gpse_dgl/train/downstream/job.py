@@ -19,6 +19,7 @@ from ...recipes import dump_recipe
 from ...utils import distributed as dist_utils
 from ...utils.io import atomic_write_text
 from ...utils.precision import Precision, decide_precision
+from ..mixed_precision import MixedPrecision
 from ..optimizer import build_optimizer
 from ..rundir import RunDirectory
 from ..runtime import derive_seed, resolve_device, run_environment, torch_threads, tqdm_write, write_json
@@ -144,12 +145,13 @@ def _run(recipe, prepared: Prepared, plan: RunPlan, run_dir: Path, device, preci
     optimizer = build_optimizer(model, general["optimizer"])
     # moved once per epoch: GraphGPS' per-epoch cosine with warm-up, reduce-on-plateau or a constant rate
     scheduler = LRSchedule.from_recipe(optimizer, general, higher_is_better=prepared.spec.higher_is_better)
+    mixed = MixedPrecision(precision)
     state = RunState()
     last = run_dir / "last.pt"
     if resume and last.is_file():
-        state = restore_run(last, recipe, plan, config, model, optimizer, scheduler, rundir)
+        state = restore_run(last, recipe, plan, config, model, optimizer, scheduler, mixed, rundir)
         say(f"{title}: resuming after epoch {state.epoch}")
-    trainer = Trainer(recipe, prepared, plan, model, config, optimizer, scheduler, device, run_dir, precision)
+    trainer = Trainer(recipe, prepared, plan, model, config, optimizer, scheduler, device, run_dir, mixed)
     status = trainer.fit(state, progress, title, on_epoch_end)
     result = run_result(plan, state, status)
     if trainer.dist.is_main:

@@ -22,7 +22,7 @@ import dgl
 
 from ...utils import checkpoint as ckpt
 from ...utils import distributed as dist_utils
-from ...utils.precision import Precision, to_accumulation
+from ...utils.precision import to_accumulation
 from .. import distributed as data_parallel
 from ..mixed_precision import MixedPrecision
 from ..runtime import derive_seed, progress_bar
@@ -37,7 +37,7 @@ class Trainer:
     """Epoch loop, evaluation, checkpoints and logs of one run."""
 
     def __init__(self, recipe, prepared: Prepared, plan: RunPlan, model, config, optimizer, scheduler,
-                 device, run_dir: Path, precision: Precision):
+                 device, run_dir: Path, mixed: MixedPrecision):
         self.recipe, self.prepared, self.plan, self.model = recipe, prepared, plan, model
         self.config, self.optimizer, self.scheduler = config, optimizer, scheduler
         # listed once: clip_grad_norm_ would otherwise walk every submodule for them at each step
@@ -53,7 +53,7 @@ class Trainer:
         self.dist = dist_utils.current()
         # what training steps call: the DDP wrapper under torchrun (train/distributed.py), else model
         self.trained = data_parallel.data_parallel(model, self.dist, device, self.general["sync_batchnorm"])
-        self.mixed = MixedPrecision(precision)
+        self.mixed = mixed  # built by the job before a resume restores its gradient scale
 
     def _target_scaling(self) -> tuple[torch.Tensor | float, torch.Tensor | float]:
         """Mean and std of the training targets (per column) when standardising, else ``(0, 1)``."""
@@ -336,7 +336,7 @@ class Trainer:
 
     def _payload(self, state: RunState) -> dict:
         return checkpoint_payload(self.model, self.optimizer, self.scheduler, self.recipe, self.plan, self.config,
-                                  state)
+                                  state, self.mixed)
 
     def _log(self, writer, record: dict) -> None:
         step = record["epoch"]
