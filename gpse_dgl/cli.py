@@ -44,7 +44,7 @@ class LazyGroup(click.Group):
         if name not in VERBS:
             return None
         if name not in SHARDED_VERBS:
-            from .utils.distributed import refuse_under_torchrun
+            from .utils.torchrun_env import refuse_under_torchrun  # without torch: --help lists every verb
 
             refuse_under_torchrun(name, SHARDED_VERBS)
         try:

@@ -281,3 +281,19 @@ def test_progress_mode_follows_tty_env_and_quiet(monkeypatch, capsys):
     finally:
         progress_module.configure()
     assert capsys.readouterr().err == ""
+
+
+def test_help_loads_neither_torch_nor_dgl():
+    """``gpse-dgl --help`` imports every verb's module to list the verbs (gpse_dgl/commands/__init__.py): none of
+    them may load torch or DGL at module level, or the help would take seconds."""
+    import subprocess
+    import sys
+
+    code = ("import sys\n"
+            "from gpse_dgl.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'dgl') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "info" in result.stdout and "encode" in result.stdout  # the verbs were listed
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -6,7 +6,6 @@ import platform
 
 import click
 
-from .._private import dgl_libraries
 from . import output_options
 
 
@@ -30,6 +29,8 @@ def _rdkit_corpus_size() -> str:
 
 def _echo_dgl_libraries() -> None:
     """One line per DGL library (libdgl, tensoradapter, graphbolt): loaded, missing or stubbed, and why."""
+    from .._private import dgl_libraries  # loads torch and DGL: only when the verb runs
+
     click.echo("dgl libraries:")
     for name, state in dgl_libraries().items():
         click.echo(f"  {name:<13} {state}")

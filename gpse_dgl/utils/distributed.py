@@ -34,6 +34,7 @@ import torch.distributed as dist
 
 from .errors import GPSEError
 from .text import first_line
+from .torchrun_env import DistributedError, launched_world_size, refuse_under_torchrun
 
 __all__ = ["DistributedError", "Context", "process_group", "current", "launched_world_size",
            "choose_backend", "timeout_seconds", "shard_range", "per_rank_batch_size", "gather_rows",
@@ -46,10 +47,6 @@ TIMEOUT_ENV = "GPSE_DGL_DIST_TIMEOUT"
 # what gloo / nccl / the TCP store put in the RuntimeError of a failed collective
 _LOST_CONTACT_MARKERS = ("gloo", "nccl", "connection closed", "connection reset", "timed out", "timeout",
                          "broken pipe", "socket", "peer")
-
-
-class DistributedError(GPSEError, RuntimeError):
-    """A multi-process run cannot start or lost one of its processes (one-line message)."""
 
 
 @dataclass(frozen=True)
@@ -69,14 +66,6 @@ class Context:
     @property
     def is_distributed(self) -> bool:
         return self.world_size > 1
-
-
-def launched_world_size() -> int:
-    """``WORLD_SIZE`` set by ``torchrun`` (1 when not launched by it)."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        raise DistributedError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not a number") from None
 
 
 def current() -> Context:
@@ -189,13 +178,6 @@ def per_rank_batch_size(global_batch: int, world_size: int, key: str = "general_
                                f"{world_size} processes; choose a multiple of {world_size} or another "
                                f"--nproc_per_node")
     return global_batch // world_size
-
-
-def refuse_under_torchrun(verb: str, sharded: tuple) -> None:
-    """A one-line error for a verb that cannot share its work among torchrun's processes."""
-    if launched_world_size() > 1:
-        raise DistributedError(f"'{verb}' does not run under torchrun ({launched_world_size()} processes); "
-                               f"run it as one process (verbs sharded by torchrun: {', '.join(sharded)})")
 
 
 def barrier() -> None:
