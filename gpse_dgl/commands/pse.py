@@ -8,7 +8,7 @@ import warnings
 import click
 
 from ..utils.devices import resolve_device
-from ..utils.errors import DatasetNotFoundError, GPSEError
+from ..utils.errors import GPSEError
 from ..utils.preflight import check_output_file
 from ..utils.progress import is_quiet
 from ..utils.text import plural
@@ -82,17 +82,11 @@ def _load_smiles(path: str, unique: bool):
 
 
 def _load_dataset(name: str, root):
-    if name == DATASET_EMBEDDED:
-        from ..data.molecules import load_embedded_molecules
+    from ..data.registry import load_dataset  # the embedded molecules are a registered dataset too
 
-        graphs = [g.clone() for g in load_embedded_molecules()]
-        return graphs, {}, f"{DATASET_EMBEDDED} ({plural(len(graphs), 'unique skeleton')} of RDKit's NCI set)"
-    try:
-        from ..data.registry import load_dataset
-    except ImportError:
-        raise DatasetNotFoundError(f"unknown dataset {name!r}; available: {DATASET_EMBEDDED}") from None
     ds = load_dataset(name, root=root)
-    return list(ds.graphs), {}, f"dataset {ds.name} ({plural(len(ds.graphs), 'graph')})"
+    graphs = [g.clone() for g in ds.graphs]  # the PSEs are written into them: the dataset's own stay as loaded
+    return graphs, {}, f"dataset {ds.name} ({plural(len(graphs), 'graph')})"
 
 
 @click.command("pse")

@@ -9,7 +9,11 @@ Modules:
 * :mod:`.transform` - :class:`AddGPSE` (a DGL transform ``g -> g``); :mod:`.precompute` -
   :func:`precompute_gpse` (a whole dataset in batches, written into its graphs, optionally cached).
 * :mod:`.large_graph` - layer-wise and sampled inference (their own loops over node chunks and sampled
-  blocks, running the encoder's stages); :mod:`.graphs` - simple undirected views and per-draw seeds.
+  blocks, running the encoder's stages); :mod:`.chunk_plan` - the destination ranges those loops take;
+  :mod:`.graphs` - simple undirected views and per-draw seeds.
+* :mod:`.sharded` - encoding shared out among ``torchrun``'s processes, with one process's output.
+* :mod:`.models` - the registry of pretrained models (shipped and published names for ``--checkpoint``);
+  :mod:`.fetch` - downloading a registered model, verified before it is kept.
 
 Example
 -------

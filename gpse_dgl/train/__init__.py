@@ -7,6 +7,7 @@
 
 The two pipelines do not import each other (``tests/test_layering.py``); what both use is here:
 
+* :mod:`.optimizer` - the optimiser a recipe names (AdamW or Adam, fused where torch has it).
 * :mod:`.schedule` - the learning-rate schedule (:class:`~gpse_dgl.train.schedule.LRSchedule`).
 * :mod:`.runtime` - devices, seeds, thread counts, progress output and JSON files.
 * :mod:`.rundir` - the run directory: preflight, lock, ``--overwrite`` and ``--resume`` checks.

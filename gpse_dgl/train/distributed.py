@@ -12,7 +12,7 @@ Contract (what makes N processes train like one with the same global batch):
 * **Loss.** Predictions and targets of the shares are gathered (:func:`gather_batch`), so each rank
   computes the loss of the whole global batch: losses that are not sums over graphs (GPSE's cosine
   over the batch's graph-level rows, means over a rank's nodes) need no re-weighting. Gradients flow
-  into a rank's own rows only; back-propagating ``world_size x loss`` (:func:`backward`) makes DDP's
+  into a rank's own rows only; back-propagating ``world_size x loss`` (:func:`ddp_loss`) makes DDP's
   mean over ranks the gradient of the global loss.
 * **BatchNorm.** Statistics are per rank unless ``general_pipeline.sync_batchnorm`` (then global:
   :func:`gpse_dgl.nn.sync_batchnorm.convert_sync_batchnorm`, or ``torch.nn.SyncBatchNorm`` on CUDA).

@@ -1,4 +1,5 @@
-"""Regression metrics for GPSE pretraining: R^2 per target column, per PSE and overall.
+"""Metrics of both pipelines: pretraining's R^2 per target column, per PSE and overall, and the downstream
+scores (:func:`score`).
 
 How the paper's R^2 is computed (read from the authors' ``graphgym/logger.py``, ``eval_r2``, and their
 ``inductive_hybrid_multi`` head; the checkpoint is selected on ``metric_best: r2``):

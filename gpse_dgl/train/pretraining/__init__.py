@@ -11,14 +11,16 @@ Modules (each one concern; the names below are importable from this package)::
     graph_sources.py   source graphs, evaluation graphs left out, subset and split, added training graphs
     graph_collection.py  graphs as flat edge and target tensors, batched without dgl.batch
     data.py            build_pretraining_data: sources + targets, cached on disk
-    model.py           the model a recipe describes, its optimiser, its random input features
+    model.py           the model a recipe describes and its random input features (the optimiser is
+                       gpse_dgl.train.optimizer's, re-exported here)
     evaluation.py      the loss with the recipe's options, evaluate (loss and R^2 per PSE), R^2 tables
     checkpoints.py     RunPaths, TrainState, last.pt / best.pt: resuming and model.init_from warm starts
     loop.py            Trainer: epochs, steps, validation, time-limit fitting, checkpoints and logs
+    time_budget.py     general_pipeline.time_limit_minutes: what is left for training, the final evaluation kept
     run.py             pretrain: the run directory, building the run, training, the final evaluation
     report.py          report.html of a run or any checkpoint (figures in report_figures.py)
 
-The learning-rate schedule, run directory, runtime helpers, metrics, mixed precision and data
+The optimiser, learning-rate schedule, run directory, runtime helpers, metrics, mixed precision and data
 parallelism are shared with the downstream pipeline, one floor up in :mod:`gpse_dgl.train`.
 
 Example
