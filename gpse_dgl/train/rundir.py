@@ -11,7 +11,8 @@
   first checkpoint exists) deletes them. A run that fails in between gets the old outputs back on the
   way out; a run killed in between gets them back when the next process opens the directory;
 * :func:`recipe_changes` lists what a ``--resume`` recipe changes against the checkpoint's; anything
-  but the result-neutral keys in :data:`NEUTRAL_KEYS` is refused unless ``--allow-recipe-change``.
+  but the result-neutral keys in :data:`NEUTRAL_KEYS` is refused unless ``--allow-recipe-change``;
+  :func:`restore_training_state` loads a checkpoint's states into the resumed run's objects.
 
 Example
 -------
@@ -34,11 +35,13 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-from ..utils.errors import RecipeError
+from ..utils import checkpoint as ckpt
+from ..utils.errors import CheckpointError, RecipeError
 from ..utils.lock import RunLock
 from ..utils.preflight import check_output_dir
+from ..utils.text import first_line
 
-__all__ = ["RunDirectory", "NEUTRAL_KEYS", "recipe_changes", "check_resumed_recipe"]
+__all__ = ["RunDirectory", "NEUTRAL_KEYS", "recipe_changes", "check_resumed_recipe", "restore_training_state"]
 
 PREVIOUS = ".previous-run"
 DISCARDED = ".previous-run.discarded"
@@ -191,3 +194,18 @@ def check_resumed_recipe(path: str | os.PathLike, saved: Mapping[str, Any], reci
         raise RecipeError(f"{path}: the recipe differs from the run's ({changes[0]}{more}); resume with the "
                           f"run's recipe, or pass --allow-recipe-change to continue with the new one")
     return changes
+
+
+def restore_training_state(path: str | os.PathLike, payload: Mapping[str, Any], model, optimizer, scheduler,
+                           mixed) -> None:
+    """Load a checkpoint's model, optimiser, schedule, RNG and gradient-scaler (fp16) states into a resumed run's
+    objects, in place: what both pipelines' ``last.pt`` hold, so that a resumed run continues bit for bit. A
+    state that does not fit them is one :class:`CheckpointError` line naming ``path``."""
+    try:
+        model.load_state_dict(payload["model_state"])
+        optimizer.load_state_dict(payload["optimizer_state"])
+        scheduler.load_state_dict(payload["scheduler_state"])
+        ckpt.restore_rng_state(payload["rng_state"])
+        mixed.load_state_dict(payload.get("grad_scaler_state"))
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None

@@ -12,8 +12,8 @@ from pathlib import Path
 from ...utils import checkpoint as ckpt
 from ...utils.errors import CheckpointError
 from ..mixed_precision import MixedPrecision
-from ..rundir import RunDirectory, check_resumed_recipe
-from ..runtime import first_line, json_safe
+from ..rundir import RunDirectory, check_resumed_recipe, restore_training_state
+from ..runtime import json_safe
 from .runs import RunPlan, RunState
 
 
@@ -52,14 +52,7 @@ def restore_run(path: Path, recipe, plan: RunPlan, config, model, optimizer, sch
         rundir.recipe_changes += [f"{plan.name}: {change}" for change in changes]
     if payload.get("run") != {"seed": plan.seed, "repeat": plan.repeat, "fold": plan.fold}:
         raise CheckpointError(f"{path}: belongs to run {payload.get('run')}, not {plan.name}")
-    try:
-        model.load_state_dict(payload["model_state"])
-        optimizer.load_state_dict(payload["optimizer_state"])
-        scheduler.load_state_dict(payload["scheduler_state"])
-        ckpt.restore_rng_state(payload["rng_state"])
-        mixed.load_state_dict(payload.get("grad_scaler_state"))
-    except (KeyError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None
+    restore_training_state(path, payload, model, optimizer, scheduler, mixed)
     best = {k: (math.nan if v is None else v) for k, v in dict(payload["best"]).items()}
     history = [_restore_nan(r) for r in payload["history"]]
     return RunState(int(payload["epoch"]), int(payload["best_epoch"]), best, history)

@@ -24,7 +24,7 @@ import torch
 from ...encode.models import resolve_checkpoint
 from ...utils import checkpoint as ckpt
 from ...utils.errors import CheckpointError, GPSEError
-from ..rundir import check_resumed_recipe
+from ..rundir import check_resumed_recipe, restore_training_state
 from ..runtime import first_line
 from .schema import validate_pretrain_recipe
 
@@ -78,20 +78,12 @@ def check_run_directory(paths: RunPaths, resume: bool, overwrite: bool) -> None:
                               f"to continue it, --overwrite to replace it, or choose another --out")
 
 
-def restore_run(path: Path, recipe, model_config, model, optimizer, scheduler,
-                allow_recipe_change: bool = False, mixed=None) -> TrainState:
+def restore_run(path: Path, recipe, model_config, model, optimizer, scheduler, allow_recipe_change: bool,
+                mixed) -> TrainState:
     """Load ``path`` into the run's objects (in place); return its :class:`TrainState`."""
     payload = ckpt.load_pretrain_checkpoint(path)
     changes = check_same_run(path, payload, recipe, model_config, allow_recipe_change)
-    try:
-        model.load_state_dict(payload["model_state"])
-        optimizer.load_state_dict(payload["optimizer_state"])
-        scheduler.load_state_dict(payload["scheduler_state"])
-        ckpt.restore_rng_state(payload["rng_state"])
-        if mixed is not None:
-            mixed.load_state_dict(payload.get("grad_scaler_state"))
-    except (KeyError, RuntimeError, ValueError) as exc:
-        raise CheckpointError(f"{path}: cannot resume from it ({first_line(exc)})") from None
+    restore_training_state(path, payload, model, optimizer, scheduler, mixed)
     fitted = payload.get("fitted_num_epochs")
     return TrainState(int(payload["epoch"]), None if fitted is None else int(fitted),
                       float(payload["best_metric"]), int(payload["best_epoch"]), list(payload["history"]),
