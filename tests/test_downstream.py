@@ -283,6 +283,26 @@ def test_resume_restores_the_gradient_scale(tmp_path, cache_dir, monkeypatch):
     assert all(torch.equal(whole["model_state"][k], resumed["model_state"][k]) for k in whole["model_state"])
 
 
+def test_resume_from_states_that_do_not_fit_is_one_line(tmp_path, cache_dir):
+    from gpse_dgl.utils.checkpoint import save_checkpoint
+
+    extra = ["general_pipeline.num_epochs=2", "general_pipeline.checkpoint_every=1"]
+
+    def crash(record):
+        raise RuntimeError("simulated kill")
+
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train_downstream(csl_recipe(tmp_path / "job", cache_dir, *extra), progress=False, seeds=[0],
+                         on_epoch_end=crash)
+    last = tmp_path / "job/seed0-fold0/last.pt"
+    payload = load_checkpoint(last)
+    payload["model_state"].pop(next(iter(payload["model_state"])))
+    save_checkpoint(last, payload)
+    with pytest.raises(CheckpointError, match=r"last\.pt: cannot resume from it \(") as error:
+        train_downstream(csl_recipe(tmp_path / "job", cache_dir, *extra), progress=False, seeds=[0], resume=True)
+    assert "\n" not in str(error.value)
+
+
 def test_resume_refuses_another_recipe(tmp_path, cache_dir):
     train_downstream(csl_recipe(tmp_path / "job", cache_dir, "general_pipeline.num_epochs=1"), progress=False)
     (tmp_path / "job/seed0-fold0/result.json").unlink()  # make the run look interrupted
