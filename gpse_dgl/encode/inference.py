@@ -54,7 +54,7 @@ from ..utils.progress import progress as progress_bar
 from .graphs import as_simple_undirected, is_simple_undirected, sample_seed
 from .large_graph import DEFAULT_CHUNK_EDGES, DEFAULT_FANOUTS, layerwise_forward, sampled_forward
 
-__all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "bare_encoder", "model_device", "target_device",
+__all__ = ["encode", "encode_dataset", "encode_large", "encode_sampled", "bare_encoder", "model_device", "target_device", "layer_by_layer",
            "MAX_FORWARD_BYTES", "DEFAULT_BATCH_SIZE"]
 
 # Above this estimated activation size a batch is encoded layer by layer (see forward_bytes).
@@ -299,12 +299,18 @@ def encode_sampled(model, g: dgl.DGLGraph, x: torch.Tensor | None = None, seed: 
             for k, xk in enumerate(draws))
 
 
+def layer_by_layer(g: dgl.DGLGraph, dim: int, device, max_forward_bytes: int) -> bool:
+    """Whether one graph of a dataset is too large for a plain forward and is encoded layer by layer
+    (:func:`encode_large`): what :func:`encode_dataset` and its sharded form decide alike. ``g`` counts as one
+    graph (one virtual node): DGL's ``batch_size`` would take as long again as the rest of the check."""
+    return forward_bytes(g, dim, device, num_graphs=1) > max_forward_bytes
+
+
 def _batches(graphs: list, batch_size: int, device, dim: int, max_forward_bytes: int):
     """Consecutive groups of at most ``batch_size`` graphs; a graph too large for a plain forward alone."""
     group: list = []
     for index, g in enumerate(graphs):
-        # one graph each (DGL's batch_size would take as long again as the rest of the check)
-        if forward_bytes(g, dim, device, num_graphs=1) > max_forward_bytes:
+        if layer_by_layer(g, dim, device, max_forward_bytes):
             if group:
                 yield group
                 group = []
@@ -382,7 +388,7 @@ def encode_dataset(model, graphs: Sequence[dgl.DGLGraph], batch_size: int = DEFA
         else:
             for group in _batches(graphs, batch_size, device, dim, max_forward_bytes):
                 members = [graphs[i] for i in group]
-                if len(group) == 1 and forward_bytes(members[0], dim, device, num_graphs=1) > max_forward_bytes:
+                if len(group) == 1 and layer_by_layer(members[0], dim, device, max_forward_bytes):
                     encodings = [encode_large(model, members[0], seed=seed, samples=samples, device=device,
                                               undirected=undirected, chunk_edges=chunk_edges, progress=progress,
                                               precision=precision)]

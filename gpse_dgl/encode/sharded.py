@@ -37,7 +37,7 @@ import torch.distributed as dist
 from ..utils.distributed import DistributedError, current
 from ..utils.precision import Precision
 from .inference import (DEFAULT_BATCH_SIZE, MAX_FORWARD_BYTES, bare_encoder, encode_dataset, encode_large,
-                        forward_bytes, model_device)
+                        layer_by_layer, target_device)
 from .large_graph import DEFAULT_CHUNK_EDGES
 
 __all__ = ["encode_dataset_sharded", "balanced_ranges"]
@@ -78,7 +78,8 @@ def encode_dataset_sharded(model, graphs: Sequence, batch_size: int = DEFAULT_BA
     if len(graphs) == 1 and sampled:
         raise DistributedError("encode --sampled on one graph is not sharded among torchrun's processes; "
                                "run it as one process (exact inference is sharded)")
-    if len(graphs) == 1 and _layer_by_layer(model, graphs[0], device, max_forward_bytes):
+    dim = bare_encoder(model).dim_hidden
+    if len(graphs) == 1 and layer_by_layer(graphs[0], dim, target_device(model, device), max_forward_bytes):
         out = [encode_large(model, graphs[0], shard=True, progress=progress, **per_graph)]
     elif len(graphs) == 1:
         out = encode_dataset(model, graphs, progress=progress, **per_graph, **batching) if ctx.is_main else None
@@ -87,18 +88,13 @@ def encode_dataset_sharded(model, graphs: Sequence, batch_size: int = DEFAULT_BA
         start, stop = ranges[ctx.rank]
         mine = (encode_dataset(model, graphs[start:stop], progress=progress, **per_graph, **batching)
                 if stop > start else [])
-        out = _gather_on_main(mine, graphs, ranges, bare_encoder(model).dim_hidden, ctx)
+        out = _gather_on_main(mine, graphs, ranges, dim, ctx)
     if not ctx.is_main:
         return None
     if store:
         for g, enc in zip(graphs, out):
             g.ndata[store] = enc
     return out
-
-
-def _layer_by_layer(model, graph, device, max_forward_bytes: int) -> bool:
-    """Whether ``encode_dataset`` encodes this one graph layer by layer (too large for a plain forward)."""
-    return forward_bytes(graph, bare_encoder(model).dim_hidden, device or model_device(model)) > max_forward_bytes
 
 
 def _gather_on_main(mine: list, graphs: list, ranges: list, dim: int, ctx) -> list | None:
