@@ -3,7 +3,7 @@
 
 Evaluates a pretraining checkpoint (``best.pt`` / ``last.pt`` of ``gpse-dgl pretrain``, or a shipped model
 by name: ``rdkit-base``, the default, or ``quickstart``) on the validation and test splits of its recipe's
-data, with the metric of :mod:`gpse_dgl.train.metrics` (the authors' ``eval_r2``). Besides the seeded
+data, with the metric of :mod:`gpse_dgl.train.pretraining.r2` (the authors' ``eval_r2``). Besides the seeded
 random input features that ``gpse-dgl pretrain`` evaluates with, it can score two diagnostics of how much
 the model uses its random input:
 
@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from gpse_dgl.utils import checkpoint as ckpt  # noqa: E402
 from gpse_dgl.train import pretraining as pt  # noqa: E402
 from gpse_dgl.train.pretraining.data import build_pretraining_data  # noqa: E402
-from gpse_dgl.train.metrics import R2Accumulator  # noqa: E402
+from gpse_dgl.train.pretraining.r2 import R2Accumulator  # noqa: E402
 from gpse_dgl.train.runtime import derive_seed  # noqa: E402
 from gpse_dgl.train.pretraining.schema import validate_pretrain_recipe  # noqa: E402
 # the paper's table pse_perf: test R^2 of the 20 x 512 model trained on 5 % of MolPCBA (16,177 graphs)

@@ -5,7 +5,7 @@ A message-passing encoder given identical inputs on every node (or one that igno
 is bounded by 1-WL colour refinement: two nodes of a graph with the same stable colour get the same
 encoding, and two graphs with the same colour histogram the same graph prediction. This script scores
 the best predictions such a model can make on a pretraining split, with the metric of
-``gpse_dgl.train.metrics`` (per-graph R^2 for node columns, across graphs for graph columns):
+``gpse_dgl.train.pretraining.r2`` (per-graph R^2 for node columns, across graphs for graph columns):
 
 * node columns: every node predicts the mean target of its colour class within its graph (the
   least-squares optimum under the constraint);
@@ -32,7 +32,7 @@ import torch
 
 from gpse_dgl.train.pretraining.schema import load_pretrain_recipe
 from gpse_dgl.train.pretraining.data import build_pretraining_data
-from gpse_dgl.train.metrics import R2Accumulator, group_scores, nanmean
+from gpse_dgl.train.pretraining.r2 import R2Accumulator, group_scores, nanmean
 
 
 def _digest(text: str) -> str:

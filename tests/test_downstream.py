@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpse_dgl.train import metrics
+from gpse_dgl.train.downstream import scores as metrics
 from gpse_dgl.utils.checkpoint import load_checkpoint
 from gpse_dgl.train.downstream import compute_loss, plan_runs, task_spec, train_downstream
 from gpse_dgl.train.downstream.schema import (DOWNSTREAM_SCHEMA, load_downstream_recipe,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from gpse_dgl.train.metrics import (R2Accumulator, column_r2, group_scores, nanmean,
+from gpse_dgl.train.pretraining.r2 import (R2Accumulator, column_r2, group_scores, nanmean,
                                     per_graph_column_r2)
 
 

@@ -11,7 +11,6 @@ The two pipelines do not import each other (``tests/test_layering.py``); what bo
 * :mod:`.schedule` - the learning-rate schedule (:class:`~gpse_dgl.train.schedule.LRSchedule`).
 * :mod:`.runtime` - devices, seeds, thread counts, progress output and JSON files.
 * :mod:`.rundir` - the run directory: preflight, lock, ``--overwrite`` and ``--resume`` checks.
-* :mod:`.metrics` - R^2 per target column, per PSE and overall (the paper's metric), downstream scores.
 * :mod:`.mixed_precision` - a loop's autocast and optimiser step in fp32 / bf16 / fp16.
 * :mod:`.distributed` - data parallelism under torchrun (batch shares, DDP, the global-batch loss).
 

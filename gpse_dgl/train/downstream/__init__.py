@@ -9,7 +9,7 @@ once per run:
   ``cv_folds``-fold split (seed ``data.split_seed + r``) and trains one model per fold: fold ``i`` is
   the test set and fold ``i + 1`` the validation set (the benchmarking-gnns protocol).
 * **Selection.** After every evaluation the model is scored on the validation and test sets with the
-  dataset's metric (OGB's ``Evaluator`` for ``ogbg-*`` / ``ogbn-*``, else :mod:`gpse_dgl.train.metrics`);
+  dataset's metric (OGB's ``Evaluator`` for ``ogbg-*`` / ``ogbn-*``, else :mod:`gpse_dgl.train.downstream.scores`);
   a run reports the train / validation / test scores of its best validation epoch (GraphGPS's
   protocol; a tie on the metric goes to the lower validation loss), the train score being that of
   the epoch's training pass. Runs are summarised as mean +- std (population std, as GraphGPS's
@@ -41,6 +41,7 @@ Modules (each one concern; the names below are importable from this package)::
     schema.py       DOWNSTREAM_SCHEMA: the recipe's keys, defaults and checks; load_downstream_recipe
     features.py     the encodings model.pe.source picks (PSEs, random, GPSE), computed and cached
     evaluation.py   TaskSpec / task_spec (what is predicted, the metric), compute_loss, summaries
+    scores.py       the metrics by name: MAE, RMSE, accuracy, ROC-AUC, AP (as OGB's evaluators score)
     data.py         prepare_data: the dataset, the recipe's preprocessing, the encoding; graph batches
     models.py       the model a recipe describes (model_config, model_from_config) and its capabilities
     runs.py         RunPlan / plan_runs (seeds x folds), RunState (a run's progress)

@@ -2,7 +2,7 @@
 
 :func:`task_spec` reads a dataset's task (graph / node level, binary / multiclass / regression) and
 metric; :meth:`TaskSpec.score` uses OGB's ``Evaluator`` for ``ogbg-*`` / ``ogbn-*`` datasets, else
-:mod:`gpse_dgl.train.metrics`. Runs are summarised as mean +- std with the population std, as GraphGPS
+:mod:`gpse_dgl.train.downstream.scores`. Runs are summarised as mean +- std with the population std, as GraphGPS
 aggregates them.
 
 Example
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from ...utils.errors import RecipeError
-from ..metrics import HIGHER_IS_BETTER, score
+from .scores import HIGHER_IS_BETTER, score
 
 #: The splits every run is scored on, in report order.
 SPLITS = ("train", "val", "test")

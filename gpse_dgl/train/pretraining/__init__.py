@@ -13,6 +13,7 @@ Modules (each one concern; the names below are importable from this package)::
     data.py            build_pretraining_data: sources + targets, cached on disk
     model.py           the model a recipe describes and its random input features (the optimiser is
                        gpse_dgl.train.optimizer's, re-exported here)
+    r2.py              the paper's R^2: per target column, per PSE and overall, accumulated batch by batch
     evaluation.py      the loss with the recipe's options, evaluate (loss and R^2 per PSE), R^2 tables
     checkpoints.py     RunPaths, TrainState, last.pt / best.pt: resuming and model.init_from warm starts
     loop.py            Trainer: epochs, steps, validation, time-limit fitting, checkpoints and logs
@@ -20,7 +21,7 @@ Modules (each one concern; the names below are importable from this package)::
     run.py             pretrain: the run directory, building the run, training, the final evaluation
     report.py          report.html of a run or any checkpoint (figures in report_figures.py)
 
-The optimiser, learning-rate schedule, run directory, runtime helpers, metrics, mixed precision and data
+The optimiser, learning-rate schedule, run directory, runtime helpers, mixed precision and data
 parallelism are shared with the downstream pipeline, one floor up in :mod:`gpse_dgl.train`.
 
 Example

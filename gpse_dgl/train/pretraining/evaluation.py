@@ -3,7 +3,7 @@ r"""The pretraining loss and the held-out evaluation: loss and R^2 per PSE, and 
 :func:`pretraining_loss` is :func:`~gpse_dgl.nn.loss.gpse_loss` with the recipe's ``general_pipeline.loss``
 options; :func:`evaluate` runs a model over pre-built batches with per-graph seeded input features and
 reports the loss and :math:`R^2` per target column, per PSE and overall
-(:class:`~gpse_dgl.train.metrics.R2Accumulator`, the authors' ``eval_r2``).
+(:class:`~gpse_dgl.train.pretraining.r2.R2Accumulator`, the authors' ``eval_r2``).
 
 Example
 -------
@@ -23,7 +23,7 @@ import torch
 
 from ...nn.loss import gpse_loss
 from ...utils.precision import Precision
-from ..metrics import R2Accumulator
+from .r2 import R2Accumulator
 from ..runtime import derive_seed
 from .data import PretrainingData
 from .model import evaluation_features

@@ -1,7 +1,7 @@
 """Pretraining report: ``report.html`` and the PNGs it shows, written next to a run's ``metrics.json``.
 
 The report evaluates a checkpoint on held-out graphs exactly as ``gpse-dgl pretrain`` does (same seeded
-input features, same R^2 of :mod:`gpse_dgl.train.metrics`) and draws (:mod:`.report_figures`):
+input features, same R^2 of :mod:`gpse_dgl.train.pretraining.r2`) and draws (:mod:`.report_figures`):
 
 * ``report_r2.png`` - held-out R^2 per PSE, with the paper's (table ``pse_perf``) beside ours, and per
   target column;
@@ -39,7 +39,7 @@ import torch
 from ...utils import checkpoint as ckpt
 from ...utils.errors import CheckpointError, GPSEError
 from ...utils.io import atomic_write_text
-from ..metrics import R2Accumulator
+from .r2 import R2Accumulator
 from ..runtime import derive_seed, resolve_device
 from . import report_figures
 from .data import build_pretraining_data
