@@ -5,8 +5,8 @@ Each configuration starts its processes as ``torchrun`` does (``RANK``, ``WORLD_
 127.0.0.1, gloo on CPU, nccl with ``--device cuda``) and runs the library's own code paths:
 
 * **pretraining step**: the code of ``gpse_dgl.train.pretraining`` under torchrun: every rank takes its share
-  of each global batch (:class:`gpse_dgl.train.distributed.BatchShare`), the model is wrapped in DDP with
-  BatchNorm synchronised, the loss is the global batch's (:func:`~gpse_dgl.train.distributed.gather_batch`),
+  of each global batch (:class:`gpse_dgl.train.data_parallel.BatchShare`), the model is wrapped in DDP with
+  BatchNorm synchronised, the loss is the global batch's (:func:`~gpse_dgl.train.data_parallel.gather_batch`),
   then AdamW. Embedded molecules (bare skeletons), random targets of the real shape (51 node + 11 graph
   columns: speed does not depend on their values), global batch ``--batch-size`` whatever N.
 * **encoding**: :func:`gpse_dgl.encode.sharded.encode_dataset_sharded` of the embedded molecules with

@@ -185,7 +185,7 @@ def test_a_killed_rank_ends_the_others_with_one_line_and_keeps_the_checkpoint(tm
 
 
 def test_a_global_batch_the_world_size_does_not_divide_is_one_line():
-    from gpse_dgl.train.distributed import global_batches
+    from gpse_dgl.train.data_parallel import global_batches
 
     with pytest.raises(DistributedError, match="global batch of 10 graphs does not divide among 3") as info:
         next(global_batches(torch.arange(30), 10, Context(rank=0, world_size=3)))
@@ -268,7 +268,7 @@ def test_leaving_the_group_frees_the_ddp_models_it_served():
 
 
 def test_shares_cover_every_global_batch_in_order():
-    from gpse_dgl.train.distributed import BatchShare, num_global_batches
+    from gpse_dgl.train.data_parallel import BatchShare, num_global_batches
 
     sizes = torch.tensor([3, 1, 4, 1, 5])
     shares = [BatchShare.of(sizes, Context(rank, 2)) for rank in range(2)]

@@ -37,7 +37,7 @@ import dgl
 from ..data.cache import (default_cache_dir, fingerprint_of, load_graphs_cached, save_graphs_cached,
                           structure_digest)
 from ..utils.precision import Precision, as_precision
-from .inference import bare_encoder, encode_dataset, target_device
+from .inference import DEFAULT_BATCH_SIZE, bare_encoder, encode_dataset, target_device
 from .loading import resolve_model
 
 __all__ = ["precompute_gpse", "dataset_graphs", "model_digest"]
@@ -71,7 +71,7 @@ def dataset_graphs(dataset) -> list:
 
 
 def precompute_gpse(dataset, model=None, seed: int = 0, samples: int = 1, precision: Precision | str = "fp32",
-                    key: str = "gpse", batch_size: int = 256, device=None, cache=None, name: str | None = None,
+                    key: str = "gpse", batch_size: int = DEFAULT_BATCH_SIZE, device=None, cache=None, name: str | None = None,
                     progress: bool = False, **kwargs):
     """Encode every graph of ``dataset`` in batches and write ``ndata[key]`` into its graphs; return it.
 

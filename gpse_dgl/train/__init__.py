@@ -12,7 +12,7 @@ The two pipelines do not import each other (``tests/test_layering.py``); what bo
 * :mod:`.runtime` - devices, seeds, thread counts, progress output and JSON files.
 * :mod:`.rundir` - the run directory: preflight, lock, ``--overwrite`` and ``--resume`` checks.
 * :mod:`.mixed_precision` - a loop's autocast and optimiser step in fp32 / bf16 / fp16.
-* :mod:`.distributed` - data parallelism under torchrun (batch shares, DDP, the global-batch loss).
+* :mod:`.data_parallel` - data parallelism under torchrun (batch shares, DDP, the global-batch loss).
 
 Submodules are imported on demand (``from gpse_dgl.train.pretraining import pretrain``), so importing
 this package stays cheap.

@@ -23,7 +23,7 @@ import dgl
 from ...utils import checkpoint as ckpt
 from ...utils import distributed as dist_utils
 from ...utils.precision import to_accumulation
-from .. import distributed as data_parallel
+from .. import data_parallel
 from ..mixed_precision import MixedPrecision
 from ..runtime import derive_seed, progress_bar
 from .checkpoints import checkpoint_payload
@@ -51,7 +51,7 @@ class Trainer:
         self.pending_best = None  # payload of a best epoch not written yet (see _save)
         self.shift, self.scale = self._target_scaling()
         self.dist = dist_utils.current()
-        # what training steps call: the DDP wrapper under torchrun (train/distributed.py), else model
+        # what training steps call: the DDP wrapper under torchrun (train/data_parallel.py), else model
         self.trained = data_parallel.data_parallel(model, self.dist, device, self.general["sync_batchnorm"])
         self.mixed = mixed  # built by the job before a resume restores its gradient scale
 
@@ -164,7 +164,7 @@ class Trainer:
         order = train[torch.randperm(len(train), generator=generator)]
         preds, targets, losses = [], [], []
         for members in data_parallel.global_batches(order, self.general["batch_size"], self.dist):
-            # this rank's share of the global batch; loss and scores over all shares (train/distributed.py)
+            # this rank's share of the global batch; loss and scores over all shares (train/data_parallel.py)
             start, stop = dist_utils.shard_range(len(members), self.dist.rank, self.dist.world_size)
             batch = next(graph_batches(self.prepared, members[start:stop], len(members)))
             pred = self._forward(*batch[:-1])

@@ -19,7 +19,7 @@ import torch
 
 from ...utils import checkpoint as ckpt
 from ...utils import distributed as dist_utils
-from .. import distributed as data_parallel
+from .. import data_parallel
 from ..mixed_precision import MixedPrecision
 from ..runtime import derive_seed, json_safe, progress_bar, write_json
 from ..schedule import LRSchedule
@@ -280,7 +280,7 @@ class Trainer:
     def training_step(self, graph, x, node_true, graph_true):
         with self.mixed.autocast():  # the model's outputs are float32: the loss is computed outside
             node_pred, graph_pred = (self.trained or self.model)(graph, x)
-        # the loss of the whole global batch, from every rank's rows (train/distributed.py)
+        # the loss of the whole global batch, from every rank's rows (train/data_parallel.py)
         node_pred, node_true, graph_pred, graph_true, sizes = data_parallel.gather_batch(
             node_pred, node_true.to(self.device), graph_pred, graph_true.to(self.device), graph.batch_num_nodes())
         loss, parts = pretraining_loss(node_pred, node_true, graph_pred, graph_true, sizes, self.general["loss"])

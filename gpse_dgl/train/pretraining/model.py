@@ -54,7 +54,7 @@ def num_parameters(model: torch.nn.Module) -> int:
 
 def training_features(graph, dim: int, generator: torch.Generator, share=None) -> torch.Tensor:
     """Fresh N(0, 1) input features for a training batch, drawn from the run's ``generator``; under
-    torchrun ``share`` (:class:`~gpse_dgl.train.distributed.BatchShare`) picks this rank's rows of the
+    torchrun ``share`` (:class:`~gpse_dgl.train.data_parallel.BatchShare`) picks this rank's rows of the
     global batch's draw."""
     if share is not None and share.node_rows != (0, share.global_nodes):
         return share.features(dim, generator)

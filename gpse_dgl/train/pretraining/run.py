@@ -36,7 +36,7 @@ from ...recipes import dump_recipe
 from ...utils import distributed as dist_utils
 from ...utils.io import atomic_write_text
 from ...utils.precision import decide_precision
-from .. import distributed as data_parallel
+from .. import data_parallel
 from ..mixed_precision import MixedPrecision
 from ..rundir import RunDirectory
 from ..runtime import derive_seed, resolve_device, run_environment, torch_threads, tqdm_write
