@@ -108,3 +108,17 @@ def test_unwritable_location_returns_false(tmp_path, graphs):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     assert save_graphs_cached(blocker / "c.bin", graphs, {}, fingerprint_of([])) is False
+
+
+def test_rows_round_trip_and_a_file_without_them_is_a_miss(tmp_path):
+    from gpse_dgl.data.cache import fingerprint_of, load_rows_cached, save_graphs_cached, save_rows_cached
+
+    values, offsets = torch.arange(12.0).reshape(6, 2), torch.tensor([0, 2, 6])
+    fingerprint = fingerprint_of(kind="rows-test")
+    assert save_rows_cached(tmp_path / "rows.bin", values, offsets, fingerprint, "pe")
+    got_values, got_offsets = load_rows_cached(tmp_path / "rows.bin", fingerprint, "pe")
+    assert torch.equal(got_values, values) and torch.equal(got_offsets, offsets)
+    assert load_rows_cached(tmp_path / "rows.bin", fingerprint, "gpse") is None  # rows stored under another key
+    assert load_rows_cached(tmp_path / "rows.bin", fingerprint_of(kind="other"), "pe") is None
+    save_graphs_cached(tmp_path / "graphs.bin", [dgl.graph(([0], [1]))], None, fingerprint)
+    assert load_rows_cached(tmp_path / "graphs.bin", fingerprint, "pe") is None  # graphs, not rows

@@ -35,8 +35,9 @@ from ..utils.io import atomic_write_text, save_graphs_atomic
 
 log = logging.getLogger(__name__)
 
-__all__ = ["save_graphs_cached", "load_graphs_cached", "fingerprint_of", "file_sha256", "structure_digest",
-           "json_digest", "code_digest", "default_cache_dir", "CACHE_FORMAT", "CACHE_ENV"]
+__all__ = ["save_graphs_cached", "load_graphs_cached", "save_rows_cached", "load_rows_cached", "cache_file_stem",
+           "fingerprint_of", "file_sha256", "structure_digest", "json_digest", "code_digest", "default_cache_dir",
+           "CACHE_FORMAT", "CACHE_ENV"]
 
 CACHE_FORMAT = 1  # bump when the layout of cached graphs/labels changes
 CACHE_ENV = "GPSE_DGL_CACHE"  # the environment variable naming the cache root
@@ -194,3 +195,27 @@ def load_graphs_cached(path, fingerprint: dict):
         log.warning("cache %s: unreadable (%s: %s), rebuilding", path, type(exc).__name__, exc)
         return None
     return graphs, dict(labels)
+
+
+def save_rows_cached(path, values: torch.Tensor, offsets: torch.Tensor, fingerprint: dict, key: str) -> bool:
+    """Per-graph node rows as one cache file (:func:`save_graphs_cached`): graph ``i``'s rows are
+    ``values[offsets[i]:offsets[i + 1]]``, stored as ``ndata[key]`` of one graph without edges, with the
+    offsets. What encodings and downstream features are cached as; read back by :func:`load_rows_cached`."""
+    holder = dgl.graph(([], []), num_nodes=values.shape[0])
+    holder.ndata[key] = values
+    return save_graphs_cached(path, [holder], {"offsets": offsets}, fingerprint)
+
+
+def load_rows_cached(path, fingerprint: dict, key: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(values, offsets)`` written by :func:`save_rows_cached` for ``fingerprint``, or None (as
+    :func:`load_graphs_cached`, and when the file holds no such rows)."""
+    hit = load_graphs_cached(path, fingerprint)
+    if hit is None or len(hit[0]) != 1 or key not in hit[0][0].ndata or "offsets" not in hit[1]:
+        return None
+    return hit[0][0].ndata[key], hit[1]["offsets"]
+
+
+def cache_file_stem(name: str, limit: int | None = None) -> str:
+    """``name`` as a file-name stem: characters other than letters, digits, ``-``, ``_`` and ``+`` become ``_``;
+    cut to ``limit`` characters when given."""
+    return "".join(c if c.isalnum() or c in "-_+" else "_" for c in name)[:limit]

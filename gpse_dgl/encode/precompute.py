@@ -34,7 +34,7 @@ import torch
 from .. import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
 import dgl
 
-from ..data.cache import (default_cache_dir, fingerprint_of, load_graphs_cached, save_graphs_cached,
+from ..data.cache import (cache_file_stem, default_cache_dir, fingerprint_of, load_rows_cached, save_rows_cached,
                           structure_digest)
 from ..utils.precision import Precision, as_precision
 from .inference import DEFAULT_BATCH_SIZE, bare_encoder, encode_dataset, target_device
@@ -156,17 +156,17 @@ def _cache_location(graphs: Sequence, model, cache, name: str, **settings) -> tu
     root = default_cache_dir() if cache is True else Path(os.fspath(cache)).expanduser()
     key = {"dataset": name, "model": model_digest(model), **settings}
     digest = hashlib.sha256(repr(sorted(key.items())).encode()).hexdigest()[:16]
-    safe = "".join(c if c.isalnum() or c in "-_+" else "_" for c in name)[:60]
+    safe = cache_file_stem(name, 60)
     fingerprint = fingerprint_of(kind="gpse-encodings", version=_CACHE_VERSION, structure=structure_digest(graphs),
                                  **key)
     return root / "gpse_encodings" / f"{safe}-{digest}.bin", fingerprint
 
 
 def _read_cache(path: Path, fingerprint: dict, graphs: Sequence) -> list | None:
-    hit = load_graphs_cached(path, fingerprint)
+    hit = load_rows_cached(path, fingerprint, "gpse")
     if hit is None:
         return None
-    values, offsets = hit[0][0].ndata["gpse"], hit[1]["offsets"]
+    values, offsets = hit
     if len(offsets) != len(graphs) + 1:
         return None
     log.info("GPSE encodings of %d graph(s) read from %s", len(graphs), path)
@@ -176,6 +176,4 @@ def _read_cache(path: Path, fingerprint: dict, graphs: Sequence) -> list | None:
 def _write_cache(path: Path, fingerprint: dict, encodings: Sequence[torch.Tensor]) -> bool:
     counts = torch.tensor([len(e) for e in encodings], dtype=torch.long)
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum(counts, 0)])
-    holder = dgl.graph(([], []), num_nodes=int(offsets[-1]))
-    holder.ndata["gpse"] = torch.cat(list(encodings))
-    return save_graphs_cached(path, [holder], {"offsets": offsets}, fingerprint)
+    return save_rows_cached(path, torch.cat(list(encodings)), offsets, fingerprint, "gpse")

@@ -25,11 +25,8 @@ import time
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ... import _env  # noqa: F401  (DGLBACKEND before dgl is imported)
-import dgl
-
-from ...data.cache import (code_digest, default_cache_dir, fingerprint_of, json_digest, load_graphs_cached,
-                           save_graphs_cached, structure_digest)
+from ...data.cache import (cache_file_stem, code_digest, default_cache_dir, fingerprint_of, json_digest,
+                           load_rows_cached, save_rows_cached, structure_digest)
 from .pe_sources import get_source, source_names
 from .pe_sources.explicit import pse_features
 from .pe_sources.fixed_random import random_features
@@ -112,16 +109,16 @@ def load_features(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_di
                        "path": None, "seconds": round(time.perf_counter() - started, 3)}
 
     path, fingerprint = cache_location(graphs, dataset_name, pe_recipe, cache_dir)
-    hit = load_graphs_cached(path, fingerprint)
+    hit = load_rows_cached(path, fingerprint, "pe")
     if hit is not None:
-        table, status = NodeTable(hit[0][0].ndata["pe"], hit[1]["offsets"]), "reused"
+        table, status = NodeTable(*hit), "reused"
         say(f"features: {source} reused from {path}")
     else:
         say(f"features: computing {source} for {len(graphs)} graph(s)")
         table = compute_features(graphs, device=device, progress=progress, **pe_recipe)
         if pe_recipe.get("storage") == "float16":
             table.values = table.values.half()
-        status = "written" if _save(path, table, fingerprint) else "not written"
+        status = "written" if save_rows_cached(path, table.values, table.offsets, fingerprint, "pe") else "not written"
     return table, {"source": source, "dim": table.dim, "cache": status, "path": str(path),
                    "seconds": round(time.perf_counter() - started, 3)}
 
@@ -134,16 +131,10 @@ def cache_location(graphs: Sequence, dataset_name: str, pe_recipe: dict, cache_d
     """
     source, spec = pe_recipe["source"], get_source(pe_recipe["source"])
     key = {"dataset": dataset_name, "source": source, "settings": spec.settings(pe_recipe)}
-    safe = "".join(c if c.isalnum() or c in "-_+" else "_" for c in f"{dataset_name}-{source}")
+    safe = cache_file_stem(f"{dataset_name}-{source}")
     path = Path(cache_dir or default_cache_dir()) / "downstream_features" / f"{safe}-{json_digest(key)[:16]}.bin"
     code = {package: code_digest(package) for package in spec.code if package != "pse"}
     fingerprint = fingerprint_of(kind="downstream-features", version=_CACHE_VERSION, structure=structure_digest(graphs),
                                  pse_code=code_digest("pse") if "pse" in spec.code else None,
                                  **({"code": code} if code else {}), **key)
     return path, fingerprint
-
-
-def _save(path: Path, table: NodeTable, fingerprint: dict) -> bool:
-    holder = dgl.graph(([], []), num_nodes=table.values.shape[0])
-    holder.ndata["pe"] = table.values
-    return save_graphs_cached(path, [holder], {"offsets": table.offsets}, fingerprint)
