@@ -23,6 +23,16 @@ def cli_overrides(overrides, device, out_dir) -> list:
     return overrides
 
 
+def require_one_input(**given) -> None:
+    """A usage error unless exactly one of the input options is given: ``require_one_input(dataset=...,
+    input=..., smiles=...)`` names them ``--dataset``, ``--input``, ``--smiles`` (underscores as dashes)."""
+    flags = {f"--{name.replace('_', '-')}": value for name, value in given.items()}
+    chosen = [flag for flag, value in flags.items() if value is not None]
+    if len(chosen) != 1:
+        raise click.UsageError(f"give exactly one of {', '.join(flags)}"
+                               + (f" (got {', '.join(chosen)})" if chosen else ""))
+
+
 def check_device_option(ctx, param, value):
     """click callback: the device name is well formed (whether it exists is checked when the run starts)."""
     if value is not None and (problem := check_device_name(value)):

@@ -13,7 +13,7 @@ from ..utils.errors import GPSEError, RunFailedError
 from ..utils.preflight import check_output_file
 from ..utils.progress import is_quiet
 from ..utils.text import plural
-from . import output_options
+from . import output_options, require_one_input
 
 
 def _parse_fanouts(ctx, param, value):
@@ -125,11 +125,7 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
       gpse-dgl encode --dataset ogbg-molhiv --root data --checkpoint gpse_model_molpcba_1.0.pt --out hiv.bin
       gpse-dgl encode --dataset ogbn-proteins --root data --sampled --fanouts 30,20,10,5 --out prot.bin
     """
-    chosen = [name for name, value in (("--dataset", dataset), ("--input", input_path),
-                                       ("--smiles", smiles)) if value is not None]
-    if len(chosen) != 1:
-        raise click.UsageError("give exactly one of --dataset, --input, --smiles"
-                               + (f" (got {', '.join(chosen)})" if chosen else ""))
+    require_one_input(dataset=dataset, input=input_path, smiles=smiles)
     if fanouts is not None and not sampled:
         raise click.UsageError("--fanouts only applies with --sampled")
     if smiles_column is not None and smiles is None:
@@ -145,11 +141,13 @@ def command(checkpoint, dataset, input_path, smiles, smiles_column, root, out_pa
         with contextlib.ExitStack() as quiet:
             if not ctx.is_main:  # rank 0 alone reports
                 quiet.enter_context(contextlib.redirect_stderr(quiet.enter_context(open(os.devnull, "w"))))
-            _encode(local_device(device, ctx), ctx.is_main, checkpoint, dataset, input_path, smiles, smiles_column,
-                    root, out_path, batch_size, seed, samples, sampled, fanouts, directed, precision)
+            _encode(device=local_device(device, ctx), is_main=ctx.is_main, checkpoint=checkpoint, dataset=dataset,
+                    input_path=input_path, smiles=smiles, smiles_column=smiles_column, root=root, out_path=out_path,
+                    batch_size=batch_size, seed=seed, samples=samples, sampled=sampled, fanouts=fanouts,
+                    directed=directed, precision=precision)
 
 
-def _encode(device, is_main, checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, batch_size,
+def _encode(*, device, is_main, checkpoint, dataset, input_path, smiles, smiles_column, root, out_path, batch_size,
             seed, samples, sampled, fanouts, directed, precision):
     from ..encode import describe_checkpoint, load_gpse
     from ..encode.inference import DEFAULT_BATCH_SIZE

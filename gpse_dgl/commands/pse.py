@@ -12,7 +12,7 @@ from ..utils.errors import GPSEError
 from ..utils.preflight import check_output_file
 from ..utils.progress import is_quiet
 from ..utils.text import plural
-from . import output_options
+from . import output_options, require_one_input
 
 DATASET_EMBEDDED = "embedded-molecules"
 
@@ -151,11 +151,7 @@ def command(input_path, smiles, dataset, root, unique, names, no_normalize, out_
     from ..pse.cycles import CycleLimitError
     from .graph_io import check_input_graphs, read_graph_file, write_graph_file
 
-    chosen = [flag for flag, value in (("--input", input_path), ("--smiles", smiles), ("--dataset", dataset))
-              if value is not None]
-    if len(chosen) != 1:
-        raise click.UsageError("give exactly one of --input, --smiles, --dataset"
-                               + (f" (got {', '.join(chosen)})" if chosen else ""))
+    require_one_input(input=input_path, smiles=smiles, dataset=dataset)
     if unique and smiles is None:
         raise click.UsageError("--unique only applies to --smiles")
     resolve_device(device)
