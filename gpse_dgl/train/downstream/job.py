@@ -6,7 +6,6 @@ finished earlier, and writes ``results.json``.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from pathlib import Path
@@ -22,8 +21,9 @@ from ...utils.precision import Precision, decide_precision
 from ..mixed_precision import MixedPrecision
 from ..optimizer import build_optimizer
 from ..rundir import RunDirectory
-from ..runtime import derive_seed, resolve_device, run_environment, torch_threads, tqdm_write, write_json
+from ..runtime import derive_seed, run_environment, tqdm_write, write_json
 from ..schedule import LRSchedule
+from ..session import run_session
 from .checkpoints import check_job_directory, restore_run
 from .data import Prepared, describe, prepare_data
 from .evaluation import SPLITS, group_keys, result_line, summarize
@@ -76,41 +76,33 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
     general = recipe["general_pipeline"]
     root = Path(general["save_path"])
     seed_list = run_seeds(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
-    rundir = RunDirectory(root, JOB_OUTPUTS, overwrite and not resume,
-                          recipe["data"]["cache_dir"] or default_cache_dir(), allow_recipe_change)
-    with dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
+    with run_session(general, recipe["device"], root, JOB_OUTPUTS, resume=resume, overwrite=overwrite,
+                     check_directory=check_job_directory, allow_recipe_change=allow_recipe_change,
+                     cache_dir=recipe["data"]["cache_dir"] or default_cache_dir(), progress=progress, log=say) as run:
+        ctx, device, rundir, progress, say = run.ctx, run.device, run.rundir, run.progress, run.log
+        precision, gpse_precision = decide_precisions(recipe, device)
+        prepared = prepare_data(recipe, dataset, device, progress, say, gpse_precision)
+        say(f"data: {describe(prepared)}")
+        if ctx.is_distributed and prepared.spec.level != "graph":
+            raise dist_utils.DistributedError("torchrun: node-level training (one graph) is not sharded; "
+                                              "run it as one process")
+        plans = plan_runs(prepared.dataset, recipe, seed_list)
+        if ctx.is_main:
+            rundir.replace_previous()  # recipe valid, data ready: the old job may go aside now
+            atomic_write_text(root / "recipe.yaml", dump_recipe(recipe))
+        results, model_info = [], {}
+        for index, plan in enumerate(plans):
+            title = f"run {index + 1}/{len(plans)} {plan.name}"
+            callback = rundir.commit_after(on_epoch_end) if ctx.is_main else on_epoch_end
+            result, model_info = _run(recipe, prepared, plan, root / plan.name, device, precision, resume,
+                                      progress, say, callback, title, rundir)
+            results.append(result)
+        summary = _job_summary(recipe, prepared, results, model_info, root, started)
+        summary["environment"] = run_environment(ctx, device, precision, general["num_threads"])
         if not ctx.is_main:
-            progress, say = False, (lambda message: None)
-        # rank 0 alone owns (locks, checks, replaces) the job directory; the others start once it has;
-        # threads inside the group: under torchrun each process takes its share of the cores
-        with torch_threads(general["num_threads"], say), rundir if ctx.is_main else contextlib.nullcontext():
-            if ctx.is_main:
-                check_job_directory(root, resume, overwrite)
-            dist_utils.barrier()
-            device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
-            precision, gpse_precision = decide_precisions(recipe, device)
-            prepared = prepare_data(recipe, dataset, device, progress, say, gpse_precision)
-            say(f"data: {describe(prepared)}")
-            if ctx.is_distributed and prepared.spec.level != "graph":
-                raise dist_utils.DistributedError("torchrun: node-level training (one graph) is not sharded; "
-                                                  "run it as one process")
-            plans = plan_runs(prepared.dataset, recipe, seed_list)
-            if ctx.is_main:
-                rundir.replace_previous()  # recipe valid, data ready: the old job may go aside now
-                atomic_write_text(root / "recipe.yaml", dump_recipe(recipe))
-            results, model_info = [], {}
-            for index, plan in enumerate(plans):
-                title = f"run {index + 1}/{len(plans)} {plan.name}"
-                callback = rundir.commit_after(on_epoch_end) if ctx.is_main else on_epoch_end
-                result, model_info = _run(recipe, prepared, plan, root / plan.name, device, precision, resume,
-                                          progress, say, callback, title, rundir)
-                results.append(result)
-            summary = _job_summary(recipe, prepared, results, model_info, root, started)
-            summary["environment"] = run_environment(ctx, device, precision, general["num_threads"])
-            if not ctx.is_main:
-                return {**summary, "rank": ctx.rank}
-            rundir.commit()  # also when no epoch ran (every run finished earlier)
-            summary["recipe_changes"] = rundir.recipe_changes
+            return {**summary, "rank": ctx.rank}
+        rundir.commit()  # also when no epoch ran (every run finished earlier)
+        summary["recipe_changes"] = rundir.recipe_changes
     write_json(root / "results.json", summary)
     return summary
 

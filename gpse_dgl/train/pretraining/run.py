@@ -25,7 +25,6 @@ it with the fitting off (unless the machine slowed down later and the schedule w
 """
 from __future__ import annotations
 
-import contextlib
 import time
 from typing import Callable
 
@@ -33,14 +32,13 @@ import torch
 
 from ...data.cache import default_cache_dir
 from ...recipes import dump_recipe
-from ...utils import distributed as dist_utils
 from ...utils.io import atomic_write_text
 from ...utils.precision import decide_precision
 from .. import data_parallel
 from ..mixed_precision import MixedPrecision
-from ..rundir import RunDirectory
-from ..runtime import derive_seed, resolve_device, run_environment, torch_threads, tqdm_write
+from ..runtime import derive_seed, run_environment, tqdm_write
 from ..schedule import LRSchedule
+from ..session import Session, run_session
 from .checkpoints import (RUN_OUTPUTS, RunPaths, TrainState, check_run_directory, initialise_from,
                           load_initial_weights, restore_run)
 from .data import build_pretraining_data, describe_sizes
@@ -84,30 +82,21 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
     log = log or (tqdm_write if progress else (lambda message: None))
     general = recipe["general_pipeline"]
     paths = RunPaths.under(general["save_path"])
-    cache_dir = recipe["data"]["cache_dir"] or default_cache_dir()
-    with dist_utils.process_group(general["distributed"], resolve_device(recipe["device"])) as ctx:
-        if not ctx.is_main:
-            progress, log = False, (lambda message: None)
-        # rank 0 alone owns (locks, checks, replaces) the run directory; the others start once it has
-        owner = (RunDirectory(paths.root, RUN_OUTPUTS, overwrite and not resume, cache_dir, allow_recipe_change)
-                 if ctx.is_main else contextlib.nullcontext())
-        # threads inside the group: under torchrun each process takes its share of the cores
-        with torch_threads(general["num_threads"], log), owner as rundir:
-            if ctx.is_main:
-                check_run_directory(paths, resume, overwrite)
-                on_epoch_end = rundir.commit_after(on_epoch_end)
-            dist_utils.barrier()
-            return _run(recipe, paths, resume, progress, log, started, on_epoch_end, rundir, allow_recipe_change,
-                        ctx, reserve_seconds)
+    with run_session(general, recipe["device"], paths.root, RUN_OUTPUTS, resume=resume, overwrite=overwrite,
+                     check_directory=lambda root, *flags: check_run_directory(paths, *flags),
+                     allow_recipe_change=allow_recipe_change,
+                     cache_dir=recipe["data"]["cache_dir"] or default_cache_dir(), progress=progress, log=log) as run:
+        if run.ctx.is_main:
+            on_epoch_end = run.rundir.commit_after(on_epoch_end)
+        return _run(recipe, paths, resume, run, started, on_epoch_end, reserve_seconds)
 
 
-def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, started: float,
-         on_epoch_end, rundir: RunDirectory | None, allow_recipe_change: bool,
-         ctx: dist_utils.Context = dist_utils.Context(), reserve_seconds: float = 0.0) -> dict:
+def _run(recipe: dict, paths: RunPaths, resume: bool, session: Session, started: float, on_epoch_end,
+         reserve_seconds: float = 0.0) -> dict:
     """Build the run (data, model, optimiser, schedule; resumed or warm-started), train it and evaluate
     its best checkpoint."""
     general = recipe["general_pipeline"]
-    device = dist_utils.local_device(resolve_device(recipe["device"]), ctx)
+    ctx, device, rundir, progress, log = session.ctx, session.device, session.rundir, session.progress, session.log
     # the run's precision, decided once here (a precision the device lacks fails here) and read below
     mixed = MixedPrecision(decide_precision(general["precision"], device))
     # read before the data is built, so that a missing or corrupt file fails in seconds; resuming
@@ -127,13 +116,13 @@ def _run(recipe: dict, paths: RunPaths, resume: bool, progress: bool, log, start
     scheduler = LRSchedule.from_recipe(optimizer, general, steps_per_epoch)
     state = TrainState()
     if resume:
-        state = restore_run(paths.last, recipe, model_config, model, optimizer, scheduler, allow_recipe_change,
+        state = restore_run(paths.last, recipe, model_config, model, optimizer, scheduler, rundir.allow_recipe_change,
                             mixed)
         # the restored schedule object carries the checkpoint's lengths: take the recipe's (which may
         # have changed, e.g. more epochs) or the fitted one
         scheduler.set_length(state.num_epochs or general["num_epochs"])
         log(f"resume: {paths.last} after epoch {state.epoch}")
-    if rundir is not None:  # rank 0
+    if ctx.is_main:
         rundir.replace_previous()  # recipe valid, data and model ready: the old run may go aside now
         atomic_write_text(paths.recipe, dump_recipe(recipe))
     log(f"model: {num_parameters(model):,} parameters on {device}; {steps_per_epoch} steps per epoch")
