@@ -222,19 +222,22 @@ def test_csl_end_to_end(tmp_path, cache_dir):
         train_downstream(csl_recipe(tmp_path / "job", cache_dir), progress=False)
 
 
+def _killed_after(recipe, epoch: int | None = None) -> None:
+    """Run ``recipe`` (seed 0) until a simulated kill after ``epoch`` (None: the first)."""
+    def crash(record):
+        if epoch is None or record["epoch"] == epoch:
+            raise RuntimeError("simulated kill")
+
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        train_downstream(recipe, progress=False, seeds=[0], on_epoch_end=crash)
+
+
 @pytest.mark.parametrize("every", [1, 2])
 def test_resume_equals_uninterrupted(tmp_path, cache_dir, every):
     extra = ["general_pipeline.num_epochs=5", "model.dropout=0.2", "general_pipeline.lr_scheduler.warmup_epochs=1",
              f"general_pipeline.checkpoint_every={every}"]
     whole = train_downstream(csl_recipe(tmp_path / "whole", cache_dir, *extra), progress=False, seeds=[0])
-
-    def crash(record):
-        if record["epoch"] == 3:
-            raise RuntimeError("simulated kill")
-
-    with pytest.raises(RuntimeError, match="simulated kill"):
-        train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
-                         on_epoch_end=crash)
+    _killed_after(csl_recipe(tmp_path / "split", cache_dir, *extra), epoch=3)
     # killed after epoch 3: with checkpoints every 2 epochs, the resumed run repeats epoch 3
     assert load_checkpoint(tmp_path / "split/seed0-fold0/last.pt")["epoch"] == (3 if every == 1 else 2)
     resumed = train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
@@ -266,14 +269,7 @@ def test_resume_restores_the_gradient_scale(tmp_path, cache_dir, monkeypatch):
     extra = ["general_pipeline.num_epochs=4", "general_pipeline.lr_scheduler.warmup_epochs=1",
              "general_pipeline.checkpoint_every=1"]
     train_downstream(csl_recipe(tmp_path / "whole", cache_dir, *extra), progress=False, seeds=[0])
-
-    def crash(record):
-        if record["epoch"] == 2:
-            raise RuntimeError("simulated kill")
-
-    with pytest.raises(RuntimeError, match="simulated kill"):
-        train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0],
-                         on_epoch_end=crash)
+    _killed_after(csl_recipe(tmp_path / "split", cache_dir, *extra), epoch=2)
     saved = load_checkpoint(tmp_path / "split/seed0-fold0/last.pt")["grad_scaler_state"]
     assert saved["scale"] > 2.0 ** 8  # it grew before the kill
     train_downstream(csl_recipe(tmp_path / "split", cache_dir, *extra), progress=False, seeds=[0], resume=True)
@@ -287,13 +283,7 @@ def test_resume_from_states_that_do_not_fit_is_one_line(tmp_path, cache_dir):
     from gpse_dgl.utils.checkpoint import save_checkpoint
 
     extra = ["general_pipeline.num_epochs=2", "general_pipeline.checkpoint_every=1"]
-
-    def crash(record):
-        raise RuntimeError("simulated kill")
-
-    with pytest.raises(RuntimeError, match="simulated kill"):
-        train_downstream(csl_recipe(tmp_path / "job", cache_dir, *extra), progress=False, seeds=[0],
-                         on_epoch_end=crash)
+    _killed_after(csl_recipe(tmp_path / "job", cache_dir, *extra))
     last = tmp_path / "job/seed0-fold0/last.pt"
     payload = load_checkpoint(last)
     payload["model_state"].pop(next(iter(payload["model_state"])))
