@@ -104,14 +104,17 @@ def _dgl_kernel(kernel, graph, *tensors):
         return kernel(_dgl_graph_on(graph, device), *(to_accumulation(t) for t in tensors))
 
 
-def _fused(op: str, graph, backend, *operands, **options):
+def _fused(op: str, graph, backend, *operands, num_edges: int | None = None, **options):
     """``op`` on its kernel (:func:`gpse_dgl.kernels.run`, with autograd) where the op's own ``"auto"`` rule picks
-    ``"torch"`` and a kernel takes the operands, cast to their promoted dtype (a kernel reads one dtype); None
-    otherwise: the caller's unfused ops run."""
-    if resolve_backend(backend, operands[0].device, op, graph.num_edges()) != "torch":
+    ``"torch"`` (``num_edges``: the graph's, for the ops whose rule looks at it) and a kernel takes the operands,
+    cast to their promoted dtype (a kernel reads one dtype); None otherwise: the caller's unfused ops run. Called
+    once per layer and step: it costs a few microseconds, which a batch of small molecules notices."""
+    if resolve_backend(backend, operands[0].device, op, num_edges) != "torch":
         return None
-    dtype = functools.reduce(torch.promote_types, (t.dtype for t in operands))
-    return kernels.run(op, graph, *(t.to(dtype) for t in operands), autograd=True, **options)
+    if len(operands) > 1 and any(t.dtype != operands[0].dtype for t in operands[1:]):
+        dtype = functools.reduce(torch.promote_types, (t.dtype for t in operands))
+        operands = tuple(t.to(dtype) for t in operands)
+    return kernels.run(op, graph, *operands, autograd=True, **options)
 
 
 def _with_self_term(summed, graph, src_feat, self_weight: float):
@@ -159,7 +162,7 @@ def copy_u_sum(graph, src_feat, backend=None, self_weight: float = 0.0):
     backward) when it could be built; otherwise ``"auto"`` picks as for the other ops, and the gathered rows are
     summed (torch) or DGL sums them, the self term added after.
     """
-    summed = _fused("copy_u_sum", graph, backend, src_feat, self_weight=self_weight)
+    summed = _fused("copy_u_sum", graph, backend, src_feat, num_edges=graph.num_edges(), self_weight=self_weight)
     if summed is not None:
         return summed
     return _with_self_term(_unfused_copy_u_sum(graph, src_feat, backend), graph, src_feat, self_weight)
@@ -180,7 +183,7 @@ def copy_u_mean(graph, src_feat, backend=None):
     :func:`copy_u_sum` divides each sum by the in-degree in the same pass, where it takes the operands; otherwise
     ``"auto"`` picks as for the other ops.
     """
-    mean = _fused("copy_u_mean", graph, backend, src_feat)
+    mean = _fused("copy_u_mean", graph, backend, src_feat, num_edges=graph.num_edges())
     if mean is not None:
         return mean
     if resolve_backend(backend, src_feat.device, num_edges=graph.num_edges()) == "dgl":
