@@ -17,7 +17,7 @@ Contract (what makes N processes train like one with the same global batch):
 * **BatchNorm.** Statistics are per rank unless ``general_pipeline.sync_batchnorm`` (then global:
   :func:`gpse_dgl.nn.sync_batchnorm.convert_sync_batchnorm`, or ``torch.nn.SyncBatchNorm`` on CUDA).
   With synchronised (or no) BatchNorm and no dropout, N processes reproduce one process's loss curve
-  and weights up to float32 summation order; dropout masks are drawn per rank.
+  and weights up to float32 summation order; dropout masks are drawn per rank (:func:`seed_dropout`).
 
 Example (one process: the share is the whole batch)
 ----------------------------------------------------
@@ -36,9 +36,18 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..nn.sync_batchnorm import convert_sync_batchnorm
 from ..utils.distributed import Context, gather_rows, per_rank_batch_size, shard_range
+from .runtime import derive_seed
 
-__all__ = ["BatchShare", "num_global_batches", "global_batches", "sharded_batches", "data_parallel",
+__all__ = ["seed_dropout", "BatchShare", "num_global_batches", "global_batches", "sharded_batches", "data_parallel",
            "gather_batch", "ddp_loss", "NoWriter"]
+
+
+def seed_dropout(seed: int, epoch: int, ctx: Context) -> None:
+    """Seed the global generator that dropout draws its masks from, for one epoch of a run seeded ``seed``.
+    Under torchrun each rank draws its own masks (its rank joins the key); one process keeps the key of a run
+    that never had ranks, so its masks stay what they were."""
+    rank_key = (ctx.rank,) if ctx.is_distributed else ()
+    torch.manual_seed(derive_seed(seed, "dropout", epoch, *rank_key))
 
 
 @dataclass(frozen=True)

@@ -140,9 +140,7 @@ class Trainer:
 
     def _train_epoch(self, epoch: int) -> dict:
         seed = self.plan.seed
-        # dropout draws from the global generator; under torchrun each rank draws its own masks
-        rank_key = (self.dist.rank,) if self.dist.is_distributed else ()
-        torch.manual_seed(derive_seed(seed, "dropout", epoch, *rank_key))
+        data_parallel.seed_dropout(seed, epoch, self.dist)
         self.model.train()
         if self.spec.level == "graph":
             outputs = self._train_graph_batches(torch.Generator().manual_seed(derive_seed(seed, "order", epoch)))

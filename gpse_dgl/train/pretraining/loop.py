@@ -232,9 +232,7 @@ class Trainer:
         batch_size, dim_in = self.general["batch_size"], self.model_config["encoder"]["dim_in"]
         order = torch.Generator().manual_seed(derive_seed(seed, "batch order", epoch))
         features = torch.Generator().manual_seed(derive_seed(seed, "features", epoch))
-        # dropout uses the global generator; under torchrun each rank draws its own masks
-        rank_key = (self.dist.rank,) if self.dist.is_distributed else ()
-        torch.manual_seed(derive_seed(seed, "dropout", epoch, *rank_key))
+        data_parallel.seed_dropout(seed, epoch, self.dist)
         first_step = epoch * self.steps_per_epoch
         self.model.train()
         totals: dict[str, float] = {}
