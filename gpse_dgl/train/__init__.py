@@ -10,7 +10,7 @@ The two pipelines do not import each other (``tests/test_layering.py``); what bo
 * :mod:`.optimizer` - the optimiser a recipe names (AdamW or Adam, fused where torch has it).
 * :mod:`.schedule` - the learning-rate schedule (:class:`~gpse_dgl.train.schedule.LRSchedule`).
 * :mod:`.runtime` - devices, seeds, thread counts, progress output and JSON files.
-* :mod:`.session` - the frame a run opens: process group, threads, the run directory on rank 0.
+* :mod:`.run_frame` - the frame a run opens: process group, threads, the run directory on rank 0.
 * :mod:`.rundir` - the run directory: preflight, lock, ``--overwrite`` and ``--resume`` checks.
 * :mod:`.mixed_precision` - a loop's autocast and optimiser step in fp32 / bf16 / fp16.
 * :mod:`.data_parallel` - data parallelism under torchrun (batch shares, DDP, the global-batch loss).

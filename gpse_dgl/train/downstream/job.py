@@ -23,7 +23,7 @@ from ..optimizer import build_optimizer
 from ..rundir import RunDirectory
 from ..runtime import derive_seed, run_environment, tqdm_write, write_json
 from ..schedule import LRSchedule
-from ..session import run_session
+from ..run_frame import open_run
 from .checkpoints import check_job_directory, restore_run
 from .data import Prepared, describe, prepare_data
 from .evaluation import SPLITS, group_keys, result_line, summarize
@@ -76,9 +76,9 @@ def train_downstream(recipe: dict, resume: bool = False, seeds: int | Sequence[i
     general = recipe["general_pipeline"]
     root = Path(general["save_path"])
     seed_list = run_seeds(recipe["seed"], general["num_seeds"] if seeds is None else seeds)
-    with run_session(general, recipe["device"], root, JOB_OUTPUTS, resume=resume, overwrite=overwrite,
-                     check_directory=check_job_directory, allow_recipe_change=allow_recipe_change,
-                     cache_dir=recipe["data"]["cache_dir"] or default_cache_dir(), progress=progress, log=say) as run:
+    with open_run(general, recipe["device"], root, JOB_OUTPUTS, resume=resume, overwrite=overwrite,
+                  check_directory=check_job_directory, allow_recipe_change=allow_recipe_change,
+                  cache_dir=recipe["data"]["cache_dir"] or default_cache_dir(), progress=progress, log=say) as run:
         ctx, device, rundir, progress, say = run.ctx, run.device, run.rundir, run.progress, run.log
         precision, gpse_precision = decide_precisions(recipe, device)
         prepared = prepare_data(recipe, dataset, device, progress, say, gpse_precision)

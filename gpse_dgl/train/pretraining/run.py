@@ -38,7 +38,7 @@ from .. import data_parallel
 from ..mixed_precision import MixedPrecision
 from ..runtime import derive_seed, run_environment, tqdm_write
 from ..schedule import LRSchedule
-from ..session import Session, run_session
+from ..run_frame import RunFrame, open_run
 from .checkpoints import (RUN_OUTPUTS, RunPaths, TrainState, check_run_directory, initialise_from,
                           load_initial_weights, restore_run)
 from .data import build_pretraining_data, describe_sizes
@@ -82,21 +82,21 @@ def pretrain(recipe: dict, resume: bool = False, progress: bool = True, overwrit
     log = log or (tqdm_write if progress else (lambda message: None))
     general = recipe["general_pipeline"]
     paths = RunPaths.under(general["save_path"])
-    with run_session(general, recipe["device"], paths.root, RUN_OUTPUTS, resume=resume, overwrite=overwrite,
-                     check_directory=lambda root, *flags: check_run_directory(paths, *flags),
-                     allow_recipe_change=allow_recipe_change,
-                     cache_dir=recipe["data"]["cache_dir"] or default_cache_dir(), progress=progress, log=log) as run:
+    with open_run(general, recipe["device"], paths.root, RUN_OUTPUTS, resume=resume, overwrite=overwrite,
+                  check_directory=lambda root, *flags: check_run_directory(paths, *flags),
+                  allow_recipe_change=allow_recipe_change,
+                  cache_dir=recipe["data"]["cache_dir"] or default_cache_dir(), progress=progress, log=log) as run:
         if run.ctx.is_main:
             on_epoch_end = run.rundir.commit_after(on_epoch_end)
         return _run(recipe, paths, resume, run, started, on_epoch_end, reserve_seconds)
 
 
-def _run(recipe: dict, paths: RunPaths, resume: bool, session: Session, started: float, on_epoch_end,
+def _run(recipe: dict, paths: RunPaths, resume: bool, frame: RunFrame, started: float, on_epoch_end,
          reserve_seconds: float = 0.0) -> dict:
     """Build the run (data, model, optimiser, schedule; resumed or warm-started), train it and evaluate
     its best checkpoint."""
     general = recipe["general_pipeline"]
-    ctx, device, rundir, progress, log = session.ctx, session.device, session.rundir, session.progress, session.log
+    ctx, device, rundir, progress, log = frame.ctx, frame.device, frame.rundir, frame.progress, frame.log
     # the run's precision, decided once here (a precision the device lacks fails here) and read below
     mixed = MixedPrecision(decide_precision(general["precision"], device))
     # read before the data is built, so that a missing or corrupt file fails in seconds; resuming

@@ -1,6 +1,6 @@
 """The frame both training pipelines run in: the process group, the threads and the run directory.
 
-``gpse-dgl pretrain`` and ``gpse-dgl train`` each open one :func:`run_session` around their work. Under
+``gpse-dgl pretrain`` and ``gpse-dgl train`` each open one :func:`open_run` around their work. Under
 ``torchrun`` it joins the processes (:func:`gpse_dgl.utils.distributed.process_group`) and quiets every rank but
 0; it sets the torch threads inside the group, so that each process takes its share of the cores; and rank 0
 alone opens the run directory (:class:`~gpse_dgl.train.rundir.RunDirectory`: its checks, lock and safe
@@ -11,11 +11,11 @@ barrier until it has. Every rank gets the :class:`~gpse_dgl.train.rundir.RunDire
 Example
 -------
 >>> import tempfile
->>> from gpse_dgl.train.session import run_session
+>>> from gpse_dgl.train.run_frame import open_run
 >>> general = {"distributed": "auto", "num_threads": None}
->>> with run_session(general, "cpu", tempfile.mkdtemp(), ["out.txt"], resume=False, overwrite=False,
-...                  check_directory=lambda root, resume, overwrite: None) as session:
-...     (session.ctx.world_size, session.device.type, session.ctx.is_main)
+>>> with open_run(general, "cpu", tempfile.mkdtemp(), ["out.txt"], resume=False, overwrite=False,
+...               check_directory=lambda root, resume, overwrite: None) as frame:
+...     (frame.ctx.world_size, frame.device.type, frame.ctx.is_main)
 (1, 'cpu', True)
 """
 from __future__ import annotations
@@ -31,11 +31,11 @@ from ..utils import distributed as dist_utils
 from .rundir import RunDirectory
 from .runtime import resolve_device, torch_threads
 
-__all__ = ["Session", "run_session"]
+__all__ = ["RunFrame", "open_run"]
 
 
 @dataclass
-class Session:
+class RunFrame:
     """Where a run stands once its frame is open."""
 
     ctx: dist_utils.Context    # this process's place in the group (world size 1 without torchrun)
@@ -46,7 +46,7 @@ class Session:
 
 
 @contextlib.contextmanager
-def run_session(general: dict, device: str, root: str | os.PathLike, outputs: Iterable[str], *, resume: bool,
+def open_run(general: dict, device: str, root: str | os.PathLike, outputs: Iterable[str], *, resume: bool,
                 overwrite: bool, check_directory: Callable, allow_recipe_change: bool = False, cache_dir=None,
                 progress: bool = False, log: Callable[[str], None] = lambda message: None):
     """Open the frame of one run (see the module doc) for a recipe's ``general_pipeline`` section and device
@@ -60,4 +60,4 @@ def run_session(general: dict, device: str, root: str | os.PathLike, outputs: It
             if ctx.is_main:
                 check_directory(rundir.root, resume, overwrite)
             dist_utils.barrier()
-            yield Session(ctx, dist_utils.local_device(resolve_device(device), ctx), rundir, progress, log)
+            yield RunFrame(ctx, dist_utils.local_device(resolve_device(device), ctx), rundir, progress, log)
