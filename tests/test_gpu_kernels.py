@@ -141,13 +141,13 @@ def test_residual_update_matches_torch(device, affine, dim):
 
 def test_supports():
     cpu = torch.zeros(3, 4)
-    assert not gpu.supports(cpu, cpu, cpu)  # CPU tensors take the CPU paths
+    assert not gpu.supports_gated_sum(None, cpu, cpu, cpu)  # CPU tensors take the CPU paths
     norm = _norm(4)
     assert not gpu.supports_residual_update(cpu, cpu, norm)
     if torch.cuda.is_available():
         cuda = cpu.cuda()
-        assert gpu.supports(cuda, cuda, cuda)
-        assert not gpu.supports(cuda, cuda.double(), cuda)
+        assert gpu.supports_gated_sum(None, cuda, cuda, cuda)
+        assert not gpu.supports_gated_sum(None, cuda, cuda.double(), cuda)
         assert gpu.supports_residual_update(cuda, cuda.bfloat16(), norm.cuda())
         assert not gpu.supports_residual_update(cuda, cuda, norm.cuda().train())
 
@@ -193,9 +193,9 @@ def test_hub_destinations_are_summed_in_pieces(device, monkeypatch):
 def test_shapes_are_checked_before_a_launch(device):
     g = _graph()
     key, query, value, _ = _projection(g.num_nodes(), 32, torch.float32, device)
-    with pytest.raises(ValueError, match="key must be"):
+    with pytest.raises(ValueError, match="dst_gate must be"):
         gpu.gated_sum(g, key[:10], query, value)
-    with pytest.raises(ValueError, match="key must be"):
+    with pytest.raises(ValueError, match="dst_gate must be"):
         gpu.gated_sum(g, key[:, :16], query, value)
     with pytest.raises(ValueError, match="out must be"):
         gpu.gated_sum(g, key, query, value, out=torch.zeros(g.num_nodes(), 16, device=device))

@@ -225,7 +225,7 @@ def test_packed_slab_layout(dtype):
     slab = torch.full(gated_sum_packed.packed_shape(5, 20, dtype), float("nan"), dtype=dtype)
     assert slab.shape == (-(-20 // lanes), 5, 2 * lanes)
     sources = gated_sum_packed.pack_sources(q, v, out=slab)
-    assert sources.flags.tolist() == [0, 0, 1, 0, 0] and sources.slab is slab and sources.query is q
+    assert sources.flags.tolist() == [0, 0, 1, 0, 0] and sources.slab is slab and sources.src_gate is q
     padded = lambda t: torch.cat([t, t.new_zeros(5, slab.shape[0] * lanes - 20)], 1)  # noqa: E731
     factors = torch.where(sources.flags.bool()[:, None], q, torch.exp(-q.float()).to(dtype))
     for block in range(slab.shape[0]):

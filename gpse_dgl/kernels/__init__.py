@@ -28,7 +28,8 @@ Triton kernel beside :mod:`.triton_kernels` with its host side in a module here,
 (every ``.cpp`` there is compiled into the one extension and binds its own entry points, ``gpse_native::Binding``
 in ``csrc/native.h``) with the ``supports`` and ``run`` that call ``cpu.kernel().<name>`` in a module here named
 after it (a graph's edges from :mod:`.csr`). The line: ``Kernel(op, path, device, autograd, takes, run)``, with
-the module's ``supports`` as ``takes``. A kernel of a new message-passing op also needs its
+the module's ``supports`` as ``takes`` (``supports_<op>`` in :mod:`.gpu`, the host side of
+several Triton kernels): a function of the op's operands. A kernel of a new message-passing op also needs its
 caller in :mod:`gpse_dgl.nn.ops` and the op's ``"auto"`` rule here (:data:`TORCH_FIRST` or :data:`KERNEL_FIRST`,
 and :data:`UNFUSED_BY_RULE` if its fallback is the other ops' rule); ``tests/test_kernel_paths.py`` checks that
 :func:`paths` reports what the op runs. ``docs/ARCHITECTURE.md`` ("kernels") walks through it.
@@ -57,10 +58,12 @@ from .csr import GatedCSR
 from .gated_sum import accumulates_in_place
 from .gated_sum_packed import PackedSources, pack_sources, packed_gated_sum, packed_shape
 from .dropout import draw_seed
+from .residual import EPS as ROW_NORM_EPS
 
-__all__ = ["BACKENDS", "GatedCSR", "KERNELS", "Kernel", "PATHS", "PackedSources", "accumulates_in_place",
-           "available", "describe", "disabled", "dgl_supports", "draw_seed", "kernels_for", "pack_sources",
-           "packed_gated_sum", "packed_shape", "packs_sources", "path_of", "paths", "resolve_backend", "run"]
+__all__ = ["BACKENDS", "GatedCSR", "KERNELS", "Kernel", "PATHS", "PackedSources", "ROW_NORM_EPS",
+           "accumulates_in_place", "available", "describe", "disabled", "dgl_supports", "draw_seed", "kernels_for",
+           "pack_sources", "packed_gated_sum", "packed_shape", "packs_sources", "path_of", "paths", "resolve_backend",
+           "run"]
 
 PATHS = ("dgl", "fused-cpu", "triton", "torch")
 #: What :mod:`gpse_dgl.nn.ops` takes as ``backend=``: ``"dgl"`` is the ``dgl`` path; ``"torch"`` is
@@ -85,7 +88,7 @@ class Kernel:
 #: The registry, tried in order per op (ops by what they compute; see :mod:`gpse_dgl.nn.ops`,
 #: :mod:`gpse_dgl.nn.dropout`, :mod:`gpse_dgl.nn.residual`, :meth:`gpse_dgl.nn.gpse.GPSE.residual_update`).
 KERNELS = (
-    Kernel("gated_sum", "triton", "cuda", False, lambda g, k, q, v: gpu.supports(k, q, v), gpu.gated_sum),
+    Kernel("gated_sum", "triton", "cuda", False, gpu.supports_gated_sum, gpu.gated_sum),
     Kernel("gated_sum", "fused-cpu", "cpu", True, gated_sum.supports, gated_sum.gated_sum),
     Kernel("relu_sum", "fused-cpu", "cpu", True, relu_sum.supports, relu_sum.relu_sum),
     Kernel("edge_gated_sum", "fused-cpu", "cpu", True, edge_gated_sum.supports, edge_gated_sum.edge_gated_sum),

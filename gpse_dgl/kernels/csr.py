@@ -78,17 +78,18 @@ class GatedCSR:
         return edge_layout(graph, "gated_csr", cls)
 
 
-def check_gated_operands(layout, key: torch.Tensor, query: torch.Tensor, value: torch.Tensor,
+def check_gated_operands(layout, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
                          out: torch.Tensor | None) -> None:
-    """Raise a ValueError unless the gated sum's operands fit ``layout`` (its ``num_src`` and ``num_dst``): ``key``
-    one row per destination, ``query`` and ``value`` a row for every source, ``out`` one per destination, all of
-    one width. The kernels index rows by the graph's node ids and read past a tensor that is too short."""
-    dim = value.shape[1]
-    if (key.shape != (layout.num_dst, dim) or query.shape[1] != dim
-            or min(query.shape[0], value.shape[0]) < layout.num_src):
-        raise ValueError(f"gated_sum on a graph of {layout.num_src} sources and {layout.num_dst} destinations: key "
-                         f"must be ({layout.num_dst}, d), query and value (>= {layout.num_src}, d) with one d; got "
-                         f"{tuple(key.shape)}, {tuple(query.shape)}, {tuple(value.shape)}")
+    """Raise a ValueError unless the gated sum's operands fit ``layout`` (its ``num_src`` and ``num_dst``):
+    ``dst_gate`` one row per destination, ``src_gate`` and ``src_feat`` a row for every source, ``out`` one per
+    destination, all of one width. The kernels index rows by the graph's node ids and read past a tensor that is
+    too short."""
+    dim = src_feat.shape[1]
+    if (dst_gate.shape != (layout.num_dst, dim) or src_gate.shape[1] != dim
+            or min(src_gate.shape[0], src_feat.shape[0]) < layout.num_src):
+        raise ValueError(f"gated_sum on a graph of {layout.num_src} sources and {layout.num_dst} destinations: "
+                         f"dst_gate must be ({layout.num_dst}, d), src_gate and src_feat (>= {layout.num_src}, d) "
+                         f"with one d; got {tuple(dst_gate.shape)}, {tuple(src_gate.shape)}, {tuple(src_feat.shape)}")
     if out is not None and out.shape != (layout.num_dst, dim):
         raise ValueError(f"out must be ({layout.num_dst}, {dim}), got {tuple(out.shape)}")
 

@@ -3,7 +3,7 @@
 Layer-wise inference (:mod:`gpse_dgl.encode.large_graph`) sums every destination of a large graph with one
 layer's sources. By rows (:mod:`.gated_sum`), each edge reads two rows of ``2 x d`` floats from memory, and the
 rows are far larger than the cache. Packed, each block of 64 bytes of columns holds every source's gate factor
-``exp(-q)`` and value in one 128-byte record (:func:`pack_sources`), and one block of every source fits in the
+``exp(-src_gate)`` and feature in one 128-byte record (:func:`pack_sources`), and one block of every source fits in the
 last-level cache while all the edges read it (:func:`packed_gated_sum`, ``csrc/gated_sum_packed.cpp``). The
 sums agree with the row kernel's to float rounding: the same arithmetic, edges in the same order.
 
@@ -29,12 +29,12 @@ __all__ = ["PackedSources", "pack_sources", "packed_gated_sum", "packed_shape"]
 @dataclass(frozen=True)
 class PackedSources:
     """One layer's sources packed for :func:`packed_gated_sum` by :func:`pack_sources`: ``slab`` holds, for each
-    block of 64 bytes of columns (16 float32 or 32 bf16), every source's gate factors ``exp(-q)`` and value in one
-    128-byte record (``q`` itself for a flagged row); ``flags`` has one uint8 per row, as
-    :func:`~gpse_dgl.kernels.gated_sum.factors`; ``query`` are the rows packed (read by the direct form). The slab
-    is a copy: pack again after writing to the queries or values."""
+    block of 64 bytes of columns (16 float32 or 32 bf16), every source's gate factors ``exp(-src_gate)`` and
+    ``src_feat`` in one 128-byte record (the gate itself for a flagged row); ``flags`` has one uint8 per row, as
+    :func:`~gpse_dgl.kernels.gated_sum.factors`; ``src_gate`` are the gate rows packed (read by the direct form).
+    The slab is a copy: pack again after writing to the sources' gates or features."""
 
-    query: torch.Tensor
+    src_gate: torch.Tensor
     slab: torch.Tensor
     flags: torch.Tensor
 
@@ -47,29 +47,30 @@ def packed_shape(num_rows: int, dim: int, dtype: torch.dtype) -> tuple:
     return tuple(cpu.require("packed_shape").gated_sum_packed_shape(num_rows, dim, dtype.itemsize))
 
 
-def pack_sources(query: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> PackedSources:
+def pack_sources(src_gate: torch.Tensor, src_feat: torch.Tensor, out: torch.Tensor) -> PackedSources:
     """Pack the sources of a gated sum into ``out``, a slab of :func:`packed_shape` in their dtype (kept by the
     caller from layer to layer), for :func:`packed_gated_sum` (:func:`gpse_dgl.kernels.cpu.supports` must hold for
     both)."""
-    if (not cpu.supports(query, value) or out.device.type != "cpu" or out.dtype != query.dtype
-            or out.shape != packed_shape(query.shape[0], query.shape[1], query.dtype)):
+    if (not cpu.supports(src_gate, src_feat) or out.device.type != "cpu" or out.dtype != src_gate.dtype
+            or out.shape != packed_shape(src_gate.shape[0], src_gate.shape[1], src_gate.dtype)):
         raise ValueError("pack_sources needs float32 or bfloat16 rows on the CPU, the compiled kernels, and a slab "
                          "of packed_shape() in their dtype")
-    flags = torch.empty(query.shape[0], dtype=torch.uint8)
-    cpu.kernel().gated_sum_pack(query, value, out, flags)
-    return PackedSources(query, out, flags)
+    flags = torch.empty(src_gate.shape[0], dtype=torch.uint8)
+    cpu.kernel().gated_sum_pack(src_gate, src_feat, out, flags)
+    return PackedSources(src_gate, out, flags)
 
 
-def packed_gated_sum(indptr: torch.Tensor, index: torch.Tensor, key: torch.Tensor, sources: PackedSources,
+def packed_gated_sum(indptr: torch.Tensor, index: torch.Tensor, dst_gate: torch.Tensor, sources: PackedSources,
                      out: torch.Tensor) -> None:
-    """``out[v] += sum_{e = (u, v)} sigmoid(key[v] + q[u]) * value[u]`` from packed sources, without autograd.
+    """``out[v] += sum_{e = (u, v)} sigmoid(dst_gate[v] + src_gate[u]) * src_feat[u]`` from packed sources,
+    without autograd.
 
     ``indptr``/``index``: the in-edges by destination (CSR, int64: ``index[indptr[v]:indptr[v + 1]]`` are the
-    sources of destination ``v``); ``key``: the destinations' gates, in the sources' dtype; ``out``: float32
+    sources of destination ``v``); ``dst_gate``: the destinations' gates, in the sources' dtype; ``out``: float32
     with contiguous rows (a column slice included), added to in place.
     """
     if not accumulates_in_place(out):
         raise ValueError("packed_gated_sum adds into float32 rows that do not overlap "
                          "(a 2-D tensor, unit column stride)")
-    cpu.require("packed_gated_sum").gated_sum_packed_forward(indptr, index, key, sources.query, sources.slab,
+    cpu.require("packed_gated_sum").gated_sum_packed_forward(indptr, index, dst_gate, sources.src_gate, sources.slab,
                                                              sources.flags, out)

@@ -43,7 +43,7 @@ from .csr import GatedCSR, check_gated_operands
 from .gated_sum import accumulates_in_place
 
 __all__ = ["HUB_DEGREE", "MAX_RESIDUAL_DIM", "available", "describe", "disabled", "gated_sum", "residual_update_",
-           "supports", "supports_residual_update"]
+           "supports_gated_sum", "supports_residual_update"]
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 #: The widest row :func:`residual_update_` takes (one program holds a row: its L2 norm needs all of it).
@@ -104,10 +104,11 @@ def _on_capable_gpu(tensors) -> bool:
     return device.type == "cuda" and all(t.device == device for t in tensors) and _capable(device)
 
 
-def supports(*tensors: torch.Tensor) -> bool:
+def supports_gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor) -> bool:
     """Whether :func:`gated_sum` takes these rows: 2-d, one float dtype, on one CUDA device of compute
     capability 7.0 or more, Triton available."""
-    dtype = tensors[0].dtype
+    tensors = (dst_gate, src_gate, src_feat)
+    dtype = dst_gate.dtype
     return (dtype in _DTYPES and all(t.dtype == dtype and t.dim() == 2 for t in tensors)
             and _on_capable_gpu(tensors) and available())  # the device first: CPU-only runs never import Triton
 
@@ -144,14 +145,14 @@ class _DeviceCSR:
         return cached_on_graph(graph, "device_csr", (str(device), HUB_DEGREE), lambda: cls(GatedCSR.of(graph), device))
 
 
-def _hub_sums_(csr: _DeviceCSR, key, query, value, out) -> None:
+def _hub_sums_(csr: _DeviceCSR, dst_gate, src_gate, src_feat, out) -> None:
     """Add the sums of the hub destinations to ``out`` with torch ops, :data:`HUB_PIECE` edges at a time."""
     for row, start, stop in csr.hubs:
-        row_key = key[row].float()
+        row_gate = dst_gate[row].float()
         for first in range(start, stop, HUB_PIECE):
             sources = csr.index[first:min(stop, first + HUB_PIECE)]
-            gate = query.index_select(0, sources).float().add_(row_key).sigmoid_()
-            out[row] += gate.mul_(value.index_select(0, sources).float()).sum(0)
+            gate = src_gate.index_select(0, sources).float().add_(row_gate).sigmoid_()
+            out[row] += gate.mul_(src_feat.index_select(0, sources).float()).sum(0)
 
 
 def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: torch.Tensor,
@@ -167,7 +168,7 @@ def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: t
     target = out
     if out is None or not accumulates_in_place(out):
         target = torch.zeros((csr.num_dst, src_feat.shape[1]), dtype=torch.float32, device=src_feat.device)
-    from . import triton_kernels  # only where Triton is (supports() checked it)
+    from . import triton_kernels  # only where Triton is (supports_gated_sum() checked it)
 
     if not _run(triton_kernels.gated_sum_, csr.starts, csr.stops, csr.index, dst_gate, src_gate, src_feat, target):
         return None
@@ -177,7 +178,7 @@ def gated_sum(graph, dst_gate: torch.Tensor, src_gate: torch.Tensor, src_feat: t
 
 def supports_residual_update(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn.BatchNorm1d) -> bool:
     """Whether :func:`residual_update_` takes this update: ``h`` float32 rows with unit column stride that
-    do not overlap, ``conv`` of its shape, both on one CUDA device (see :func:`supports`), ``norm`` in eval
+    do not overlap, ``conv`` of its shape, both on one CUDA device (as :func:`supports_gated_sum`), ``norm`` in eval
     mode with running statistics, rows of at most :data:`MAX_RESIDUAL_DIM`."""
     # the device first: on the CPU this runs once per layer and returns at once
     return (_on_capable_gpu((h, conv)) and h.dtype == torch.float32 and conv.dtype in _DTYPES and h.dim() == 2

@@ -35,7 +35,8 @@ from .dropout import draw_seed
 
 __all__ = ["EPS", "normalized_residual", "normalized_residual_", "supports"]
 
-#: The row norm's floor, ``torch.nn.functional.normalize``'s default.
+#: The row norm's floor, ``torch.nn.functional.normalize``'s default: the one value of every path (the torch ops of
+#: :mod:`gpse_dgl.nn.residual` and :class:`gpse_dgl.nn.gpse.GPSE`, this kernel, the Triton residual update).
 EPS = 1e-12
 
 

@@ -4,7 +4,7 @@ decides when they run).
 ``gated_sum``, per destination row :math:`v` and block of channels:
 
 .. math::
-    out_v \mathrel{+}= \sum_{e = (u, v)} \sigma(k_v + q_u) \odot x_u
+    out_v \mathrel{+}= \sum_{e = (u, v)} \sigma(g^{dst}_v + g^{src}_u) \odot x_u
 
 over the in-edges of :math:`v` in edge-id order (a destination-sorted CSR), ``BLOCK_E`` edges at a time:
 no ``(E, d)`` tensor, no atomics, so the sum of a row does not depend on the launch. Rows are read in
@@ -15,9 +15,11 @@ gates and sums are float32.
 
 .. math::
     y = \max(0, \alpha \odot c + \beta), \quad \alpha = w / \sqrt{\sigma^2 + \epsilon}, \quad
-    \beta = b - \mu \alpha, \qquad h \mathrel{+}= y / \max(\lVert y \rVert_2, 10^{-12})
+    \beta = b - \mu \alpha, \qquad h \mathrel{+}= y / \max(\lVert y \rVert_2, \varepsilon)
 
-in one pass, where torch needs about ten launches per layer (on molecule batches the GPU waits on them).
+in one pass, where torch needs about ten launches per layer (on molecule batches the GPU waits on them);
+:math:`\epsilon` is the BatchNorm's, :math:`\varepsilon` the row norm's floor of every path
+(:data:`gpse_dgl.kernels.residual.EPS`).
 
 On CUDA tensors they are compiled. With ``TRITON_INTERPRET=1`` set before Triton is imported, Triton runs
 them in its interpreter on CPU tensors instead: that is how the tests check their logic on machines
@@ -31,6 +33,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .residual import EPS as ROW_NORM_EPS
+
 __all__ = ["BLOCK_E", "gated_sum_", "residual_update_"]
 
 #: Edges one program reads at a time: a tile of ``BLOCK_E`` source rows in flight per destination.
@@ -40,15 +44,15 @@ BLOCK_E = 8
 GATED_BLOCK_D = 128
 
 
-def _gated_sum_kernel(start_ptr, stop_ptr, index_ptr, key_ptr, query_ptr, value_ptr, out_ptr,
-                      key_stride, query_stride, value_stride, out_stride, dim,
+def _gated_sum_kernel(start_ptr, stop_ptr, index_ptr, dst_gate_ptr, src_gate_ptr, src_feat_ptr, out_ptr,
+                      dst_gate_stride, src_gate_stride, src_feat_stride, out_stride, dim,
                       BLOCK_E: tl.constexpr, BLOCK_D: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < dim
     start = tl.load(start_ptr + row)
     stop = tl.load(stop_ptr + row)
-    key = tl.load(key_ptr + row * key_stride + cols, mask=col_mask, other=0.0).to(tl.float32)
+    dst_gate = tl.load(dst_gate_ptr + row * dst_gate_stride + cols, mask=col_mask, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK_D], dtype=tl.float32)
     first = start
     while first < stop:  # a while loop: Triton's interpreter cannot take loaded bounds in range()
@@ -56,17 +60,17 @@ def _gated_sum_kernel(start_ptr, stop_ptr, index_ptr, key_ptr, query_ptr, value_
         edge_mask = edges < stop
         src = tl.load(index_ptr + edges, mask=edge_mask, other=0)
         mask = edge_mask[:, None] & col_mask[None, :]
-        query = tl.load(query_ptr + src[:, None] * query_stride + cols[None, :], mask=mask, other=0.0)
-        value = tl.load(value_ptr + src[:, None] * value_stride + cols[None, :], mask=mask, other=0.0)
-        gate = tl.sigmoid(key[None, :] + query.to(tl.float32))
-        acc += tl.sum(gate * value.to(tl.float32), axis=0)  # masked edges read value 0
+        src_gate = tl.load(src_gate_ptr + src[:, None] * src_gate_stride + cols[None, :], mask=mask, other=0.0)
+        src_feat = tl.load(src_feat_ptr + src[:, None] * src_feat_stride + cols[None, :], mask=mask, other=0.0)
+        gate = tl.sigmoid(dst_gate[None, :] + src_gate.to(tl.float32))
+        acc += tl.sum(gate * src_feat.to(tl.float32), axis=0)  # masked edges read feature 0
         first += BLOCK_E
     out = out_ptr + row * out_stride + cols
     tl.store(out, tl.load(out, mask=col_mask, other=0.0) + acc, mask=col_mask)
 
 
 def _residual_update_kernel(h_ptr, conv_ptr, mean_ptr, var_ptr, weight_ptr, bias_ptr,
-                            h_stride, conv_stride, dim, eps,
+                            h_stride, conv_stride, dim, eps, floor,
                             HAS_WEIGHT: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK_D: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK_D)
@@ -84,7 +88,7 @@ def _residual_update_kernel(h_ptr, conv_ptr, mean_ptr, var_ptr, weight_ptr, bias
     y = tl.where(mask, y, 0.0)
     norm = tl.sqrt_rn(tl.sum(y * y, axis=0))  # correctly rounded, as torch's (the default is approximate)
     h = h_ptr + row * h_stride + cols
-    tl.store(h, tl.load(h, mask=mask, other=0.0) + tl.div_rn(y, tl.maximum(norm, 1e-12)), mask=mask)
+    tl.store(h, tl.load(h, mask=mask, other=0.0) + tl.div_rn(y, tl.maximum(norm, floor)), mask=mask)
 
 
 @functools.lru_cache(maxsize=None)
@@ -105,21 +109,22 @@ def _launch(name: str, device: torch.device, grid: tuple, *args, **options) -> N
         _kernel(name)[grid](*args, **options)
 
 
-def gated_sum_(starts: torch.Tensor, stops: torch.Tensor, index: torch.Tensor, key: torch.Tensor,
-               query: torch.Tensor, value: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+def gated_sum_(starts: torch.Tensor, stops: torch.Tensor, index: torch.Tensor, dst_gate: torch.Tensor,
+               src_gate: torch.Tensor, src_feat: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """Add the gated sum to ``out`` (float32, ``(num_dst, d)``, unit column stride, rows not overlapping).
 
-    Destination ``v`` sums the sources ``index[starts[v]:stops[v]]`` (int64, checked by the caller); ``key``
-    has ``num_dst`` rows, ``query`` and ``value`` one row per source; all on ``out``'s device, with unit
-    column stride.
+    Destination ``v`` sums the sources ``index[starts[v]:stops[v]]`` (int64, checked by the caller);
+    ``dst_gate`` has ``num_dst`` rows, ``src_gate`` and ``src_feat`` one row per source; all on ``out``'s device,
+    with unit column stride.
     """
     num_dst, dim = out.shape
     if num_dst == 0 or dim == 0:
         return out
     block_d = min(GATED_BLOCK_D, triton.next_power_of_2(dim))
     grid = (num_dst, triton.cdiv(dim, block_d))
-    _launch("_gated_sum_kernel", out.device, grid, starts, stops, index, key, query, value, out, key.stride(0),
-            query.stride(0), value.stride(0), out.stride(0), dim, BLOCK_E=BLOCK_E, BLOCK_D=block_d, num_warps=4)
+    _launch("_gated_sum_kernel", out.device, grid, starts, stops, index, dst_gate, src_gate, src_feat, out,
+            dst_gate.stride(0), src_gate.stride(0), src_feat.stride(0), out.stride(0), dim, BLOCK_E=BLOCK_E,
+            BLOCK_D=block_d, num_warps=4)
     return out
 
 
@@ -133,6 +138,6 @@ def residual_update_(h: torch.Tensor, conv: torch.Tensor, norm: torch.nn.BatchNo
     block_d = triton.next_power_of_2(dim)
     _launch("_residual_update_kernel", h.device, (rows,), h, conv, norm.running_mean, norm.running_var,
             norm.running_mean if weight is None else weight, norm.running_mean if bias is None else bias,
-            h.stride(0), conv.stride(0), dim, float(norm.eps), HAS_WEIGHT=weight is not None,
+            h.stride(0), conv.stride(0), dim, float(norm.eps), ROW_NORM_EPS, HAS_WEIGHT=weight is not None,
             HAS_BIAS=bias is not None, BLOCK_D=block_d, num_warps=4 if block_d <= 1024 else 8)
     return h

@@ -36,7 +36,7 @@ from .dropout import Dropout
 from .gated_conv import ResGatedConv, product_dtype
 from .heads import GPSE_POOLINGS, GPSEHeads
 from .random_features import random_node_features
-from .residual import normalized_residual, normalized_residual_
+from .residual import EPS, normalized_residual, normalized_residual_
 from .virtual_node import VirtualNodeInfo, add_virtual_nodes, no_virtual_nodes, pool
 
 __all__ = ["GPSE", "GPSEForPretraining"]
@@ -77,8 +77,9 @@ class GPSE(nn.Module):
             \mathrm{ResGatedConv}_l(h^{(l)}))))\big), \quad l = 0 .. L-1 \\
         \mathrm{GPSE}(x) &= \mathrm{normalize}(h^{(L)})
 
-    where ``normalize`` scales every row to unit L2 norm (``F.normalize``, eps 1e-12), :math:`W_0` has no
-    bias, and the convolutions (:class:`~gpse_dgl.nn.gated_conv.ResGatedConv`) have no output bias.
+    where ``normalize`` scales every row to unit L2 norm (``F.normalize``, eps
+    :data:`~gpse_dgl.nn.residual.EPS`), :math:`W_0` has no bias, and the convolutions
+    (:class:`~gpse_dgl.nn.gated_conv.ResGatedConv`) have no output bias.
     This is exactly the order of PyG's ``GPSE`` (``GeneralLayer``: layer -> BatchNorm -> Dropout ->
     activation -> L2 norm; ``GNNStackStage`` with ``skipsum`` and a final L2 norm).
 
@@ -246,8 +247,8 @@ class GPSE(nn.Module):
     def output_stage(self, h: torch.Tensor) -> torch.Tensor:
         """The final row normalisation (in place on ``h`` without autograd)."""
         if _wants_grad(self, h):
-            return F.normalize(h, p=2.0, dim=1)
-        return h.div_(torch.linalg.vector_norm(h, dim=1, keepdim=True).clamp_min_(1e-12))
+            return F.normalize(h, p=2.0, dim=1, eps=EPS)
+        return h.div_(torch.linalg.vector_norm(h, dim=1, keepdim=True).clamp_min_(EPS))
 
     def forward(self, graph: dgl.DGLGraph, x: torch.Tensor | None = None, *, seed: int | None = None,
                 graph_keys=None) -> torch.Tensor:

@@ -228,10 +228,10 @@ def relu_sum(graph, src_feat, edge_feat, backend=None, self_weight: float = 0.0)
     return _with_self_term(summed, graph, src_feat, self_weight)
 
 
-def edge_gated_sum(graph, val, dst_gate, src_gate, edge_gate, eps: float, backend=None):
+def edge_gated_sum(graph, src_feat, dst_gate, src_gate, edge_gate, eps: float, backend=None):
     """GatedGCN's aggregation with edge gates: ``(out, logits)`` with, per edge ``e = (u, v)``,
     ``logits[e] = dst_gate[v] + src_gate[u] + edge_gate[e]`` and
-    ``out[v] = sum_e sigmoid(logits[e]) * val[u] / (sum_e sigmoid(logits[e]) + eps)`` (sums float32).
+    ``out[v] = sum_e sigmoid(logits[e]) * src_feat[u] / (sum_e sigmoid(logits[e]) + eps)`` (sums float32).
 
     ``"torch"`` On the CPU with float32 or bfloat16 rows of one dtype and width: the fused C++ kernel of
                 :mod:`gpse_dgl.kernels.edge_gated_sum` (logits and sums float32, no other ``(E, d)`` tensor,
@@ -241,12 +241,12 @@ def edge_gated_sum(graph, val, dst_gate, src_gate, edge_gate, eps: float, backen
     ``None``/``"auto"`` tries the kernel first, as for :func:`relu_sum`, and otherwise lets each op pick its own
     path. The kernel's logits are float32; the unfused path's are in the inputs' promoted dtype.
     """
-    result = _fused("edge_gated_sum", graph, backend, val, dst_gate, src_gate, edge_gate, eps=eps)
+    result = _fused("edge_gated_sum", graph, backend, src_feat, dst_gate, src_gate, edge_gate, eps=eps)
     if result is not None:
         return result
     logits = u_add_v(graph, src_gate, dst_gate, backend=backend) + edge_gate
     gate = torch.sigmoid(logits)
-    numerator = u_mul_e_sum(graph, val, gate, backend=backend)
+    numerator = u_mul_e_sum(graph, src_feat, gate, backend=backend)
     denominator = copy_e_sum(graph, gate, backend=backend)
     return numerator / (denominator + eps), logits
 

@@ -37,8 +37,9 @@ from .dropout import dropout
 
 __all__ = ["EPS", "normalized_residual", "normalized_residual_"]
 
-#: The row norm's floor, ``torch.nn.functional.normalize``'s default.
-EPS = 1e-12
+#: The row norm's floor, ``torch.nn.functional.normalize``'s default (:data:`gpse_dgl.kernels.ROW_NORM_EPS`, the
+#: kernels' too).
+EPS = kernels.ROW_NORM_EPS
 
 
 def _drop(p: float, training: bool) -> float:

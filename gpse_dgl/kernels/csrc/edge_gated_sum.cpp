@@ -156,16 +156,17 @@ void check_inputs(const EdgeCsr& g, const at::Tensor& val, const at::Tensor& dg,
   gpse_native::check_csr(g.dst_indptr, g.dst_eid, n_dst);
   gpse_native::check_csr(g.src_indptr, g.src_eid, n_src);
   gpse_native::check_csr(g.src_indptr, g.src_dst, n_src);
-  gpse_native::check_rows(val, "val", d);
+  gpse_native::check_rows(val, "src_feat", d);
   gpse_native::check_rows(dg, "dst_gate", d);
   gpse_native::check_rows(sg, "src_gate", d);
   gpse_native::check_rows(eg, "edge_gate", d);
   TORCH_CHECK(val.scalar_type() == dg.scalar_type() && dg.scalar_type() == sg.scalar_type() &&
                   sg.scalar_type() == eg.scalar_type(),
-              "val, dst_gate, src_gate, edge_gate: one dtype");
+              "src_feat, dst_gate, src_gate, edge_gate: one dtype");
   gpse_native::check(val.size(0) == n_src && sg.size(0) == n_src && dg.size(0) == n_dst &&
                          eg.size(0) == g.dst_eid.numel() && g.src_eid.numel() == eg.size(0),
-                     "rows: val and src_gate one per source, dst_gate one per destination, edge_gate one per edge");
+                     "rows: src_feat and src_gate one per source, dst_gate one per destination, "
+                     "edge_gate one per edge");
 }
 
 struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
@@ -180,9 +181,9 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
     at::Tensor logits = at::empty({eg.size(0), d}, floats);
     gpse_native::dispatch(val, [&](auto tag) {
       using T = decltype(tag);
-      forward_kernel<T>(g, gpse_native::rows<T>(val), gpse_native::rows<T>(dg), gpse_native::rows<T>(sg), gpse_native::rows<T>(eg),
-                        static_cast<float>(eps), out.data_ptr<float>(), den.data_ptr<float>(),
-                        logits.data_ptr<float>(), n, d);
+      forward_kernel<T>(g, gpse_native::rows<T>(val), gpse_native::rows<T>(dg), gpse_native::rows<T>(sg),
+                        gpse_native::rows<T>(eg), static_cast<float>(eps), out.data_ptr<float>(),
+                        den.data_ptr<float>(), logits.data_ptr<float>(), n, d);
     });
     ctx->save_for_backward(g.after({val, out, den, logits}));
     ctx->saved_data["dtype"] = static_cast<int64_t>(dg.scalar_type());
@@ -215,13 +216,13 @@ struct EdgeGatedSum : public torch::autograd::Function<EdgeGatedSum> {
   }
 };
 
-// (out (n_dst, d), logits (E, d)), both float32, with autograd; val and src_gate: (n_src, d), dst_gate: (n_dst, d),
-// edge_gate: (E, d), one dtype (float32 or bfloat16), rows contiguous; csr: the arrays of edge_csr, as csr.EdgeCSR
-// holds them.
-std::vector<at::Tensor> edge_gated_sum(at::Tensor val, at::Tensor dst_gate, at::Tensor src_gate, at::Tensor edge_gate,
-                                       double eps, std::vector<at::Tensor> csr) {
+// (out (n_dst, d), logits (E, d)), both float32, with autograd; src_feat and src_gate: (n_src, d), dst_gate:
+// (n_dst, d), edge_gate: (E, d), one dtype (float32 or bfloat16), rows contiguous; csr: the arrays of edge_csr, as
+// csr.EdgeCSR holds them.
+std::vector<at::Tensor> edge_gated_sum(at::Tensor src_feat, at::Tensor dst_gate, at::Tensor src_gate,
+                                       at::Tensor edge_gate, double eps, std::vector<at::Tensor> csr) {
   GPSE_PROFILED("EdgeGatedSum");
-  return EdgeGatedSum::apply(val, dst_gate, src_gate, edge_gate, eps, csr);
+  return EdgeGatedSum::apply(src_feat, dst_gate, src_gate, edge_gate, eps, csr);
 }
 
 }  // namespace

@@ -1,6 +1,10 @@
 // What the CPU gated-sum kernels share (gated_sum.cpp: by rows, with gradients; gated_sum_packed.cpp: by column
 // blocks, inference; edge_gated_sum.cpp takes the sigmoid): the gate's exponential, the factorisation's range, the
 // hub pieces and the checks of gates and factors. See gated_sum.cpp for the method; rows.h has the row access.
+//
+// Names: k, q and val are the operands Python calls dst_gate, src_gate and src_feat (gpse_dgl.nn.ops.gated_sum;
+// ResGatedGraphConv's key, query and value), kept short because every loop reads them; edge_gated_sum.cpp's
+// dg, sg, eg and val are its dst_gate, src_gate, edge_gate and src_feat.
 #pragma once
 
 #include <ATen/ATen.h>
