@@ -36,6 +36,7 @@ import dgl
 
 from ..data.cache import (cache_file_stem, default_cache_dir, fingerprint_of, load_rows_cached, save_rows_cached,
                           structure_digest)
+from ..utils.graph import structure_only
 from ..utils.precision import Precision, as_precision
 from .inference import DEFAULT_BATCH_SIZE, bare_encoder, encode_dataset, target_device
 from .loading import resolve_model
@@ -120,19 +121,13 @@ def precompute_gpse(dataset, model=None, seed: int = 0, samples: int = 1, precis
         if encodings is not None:
             _store(graphs, encodings, key)
             return dataset
-    encodings = encode_dataset(model, [_structure(g) for g in graphs], batch_size=batch_size, seed=seed,
+    # the structures alone: the graphs of a dataset may carry different ndata (some already encoded)
+    encodings = encode_dataset(model, [structure_only(g) for g in graphs], batch_size=batch_size, seed=seed,
                                samples=samples, device=device, progress=progress, precision=precision, **kwargs)
     _store(graphs, encodings, key)
     if path is not None and _write_cache(path, fingerprint, encodings):
         log.info("GPSE encodings of %d graph(s) cached in %s", len(graphs), path)
     return dataset
-
-
-def _structure(g: dgl.DGLGraph) -> dgl.DGLGraph:
-    """``g``'s nodes and edges without their data: graphs of a dataset may carry different ``ndata``
-    (some already encoded), which ``dgl.batch`` refuses to join."""
-    src, dst = g.edges()
-    return dgl.graph((src, dst), num_nodes=g.num_nodes(), idtype=g.idtype)
 
 
 def _store(graphs: Sequence, encodings: Sequence[torch.Tensor], key: str) -> None:

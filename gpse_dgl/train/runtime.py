@@ -25,11 +25,9 @@ from ..utils import devices
 from ..utils.io import atomic_write_text
 from ..utils.precision import Precision
 from ..utils.progress import progress
-from ..utils.text import first_line
 
 __all__ = ["resolve_device", "derive_seed", "torch_threads", "fit_threads", "thread_share", "run_environment",
-           "progress_bar", "tqdm_write", "first_line",
-           "json_safe", "write_json"]
+           "progress_bar", "tqdm_write", "json_safe", "write_json"]
 
 
 def resolve_device(name: str) -> torch.device:

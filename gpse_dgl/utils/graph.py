@@ -9,7 +9,8 @@ other helpers build on it:
 * :func:`as_simple_undirected` / :func:`is_simple_undirected` - a DGLGraph (or batch) as the simple
   undirected graph GPSE encodes, unchanged when it already is one;
 * :func:`symmetric_csr` - the scipy adjacency of simple edges;
-* :func:`graph_list` - one DGLGraph or many as a list (what the functions taking either accept).
+* :func:`graph_list` - one DGLGraph or many as a list (what the functions taking either accept);
+* :func:`structure_only` - a graph's nodes and edges, as they are, without their data.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from .. import _env  # noqa: F401
 import dgl
 
 __all__ = ["simple_edges", "graph_simple_edges", "undirected_graph", "is_simple_undirected",
-           "as_simple_undirected", "symmetric_csr", "graph_list"]
+           "as_simple_undirected", "symmetric_csr", "graph_list", "structure_only"]
 
 
 def simple_edges(src, dst, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -159,3 +160,19 @@ def graph_list(graphs) -> tuple[list, bool]:
         if not isinstance(g, dgl.DGLGraph):
             raise TypeError(f"expected DGLGraph objects, got {type(g).__name__}")
     return graphs, False
+
+
+def structure_only(g: dgl.DGLGraph, idtype: torch.dtype | None = None) -> dgl.DGLGraph:
+    """``g``'s nodes and edges (as they are: not made simple) without node or edge data, in ``idtype`` (default
+    ``g``'s): graphs of a dataset may carry different data, which ``dgl.batch`` refuses to join, and a list of
+    graphs kept for their structure alone should not hold their features.
+
+    >>> import dgl, torch
+    >>> g = dgl.graph(([0, 1], [1, 2]))
+    >>> g.ndata["x"] = torch.zeros(3)
+    >>> h = structure_only(g)
+    >>> h.num_nodes(), h.num_edges(), list(h.ndata)
+    (3, 2, [])
+    """
+    src, dst = g.edges()
+    return dgl.graph((src, dst), num_nodes=g.num_nodes(), idtype=idtype or g.idtype)

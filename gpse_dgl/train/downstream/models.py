@@ -17,7 +17,7 @@ from ...nn.feature_encoders import ConstantEncoder
 from ...nn.models import MODEL_REGISTRY, build_model
 from ...nn.pe_encoder import build_pe_encoder
 from ...utils.errors import RecipeError
-from ..runtime import first_line
+from ...utils.text import first_line
 from .data import Prepared
 from .pe_sources import get_source
 from .pe_sources.encoder import encoder_config

@@ -25,7 +25,7 @@ from ...encode.models import resolve_checkpoint
 from ...utils import checkpoint as ckpt
 from ...utils.errors import CheckpointError, GPSEError
 from ..rundir import check_resumed_recipe, restore_training_state
-from ..runtime import first_line
+from ...utils.text import first_line
 from .schema import validate_pretrain_recipe
 
 __all__ = ["RUN_OUTPUTS", "RunPaths", "TrainState", "restore_run", "check_same_run", "check_run_directory",

@@ -41,7 +41,7 @@ from ...data.registry import default_root, load_dataset
 from ...data.skeleton_edits import MAX_NEW_ATOMS, edit_skeleton
 from ...data.synthetic import connected_regular_edges
 from ...utils.errors import RecipeError
-from ...utils.graph import graph_simple_edges, undirected_graph
+from ...utils.graph import graph_simple_edges, structure_only, undirected_graph
 from ..runtime import progress_bar
 
 SPLIT_NAMES = ("train", "val", "test")
@@ -101,7 +101,7 @@ def unique_structures(graphs: Sequence[dgl.DGLGraph], max_nodes_to_compare: int 
                 stats["duplicates"] += 1
                 continue
             seen.add(key)
-        kept.append(_structure_only(graph))
+        kept.append(structure_only(graph, torch.int64))
     stats["kept"] = len(kept)
     return kept, stats
 
@@ -337,11 +337,6 @@ def _ogb_smiles(name: str, root: str | None) -> list[str] | None:
     import pandas as pd  # pandas: a heavy import, for OGB's csv files only
 
     return pd.read_csv(folder / "mapping" / "mol.csv.gz", usecols=["smiles"])["smiles"].astype(str).tolist()
-
-
-def _structure_only(graph: dgl.DGLGraph) -> dgl.DGLGraph:
-    src, dst = graph.edges()
-    return dgl.graph((src, dst), num_nodes=graph.num_nodes(), idtype=torch.int64)
 
 
 def _counts(stats: dict) -> dict:
