@@ -82,3 +82,60 @@ def output_options(command):
         return command(*args, **kwargs)
 
     return with_output_options
+
+
+def recipe_job_options(job: str, set_example: str, resume_help: str, record_file: str, first_save: str,
+                       progress_unit: str):
+    """The options of a verb that runs a YAML recipe as a resumable job in an output directory (``pretrain``,
+    ``train``): ``--set``, ``--resume``, ``--allow-recipe-change``, ``--overwrite``, the ``--device`` and ``--out``
+    shortcuts, ``--print-config``, ``--no-progress`` and :func:`output_options`, passed to the command as
+    ``overrides, resume, allow_recipe_change, overwrite, device, out_dir, print_config, no_progress``
+    (:func:`load_recipe_for` reads the recipe with them). The words: ``job`` what the directory holds,
+    ``set_example`` a key to override, ``record_file`` where recipe changes are recorded, ``first_save`` when a
+    replaced job's outputs go, ``progress_unit`` what one line reports without bars."""
+    options = (
+        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                     help=f"Override a recipe key, e.g. --set {set_example} (repeatable; the value is read as "
+                          "YAML)."),
+        click.option("--resume", is_flag=True, help=resume_help),
+        allow_recipe_change_option(record_file),
+        click.option("--overwrite", is_flag=True,
+                     help=f"Replace a {job} already in the output directory (the old {job} stays until the new one "
+                          f"has {first_save})."),
+        click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps",
+                     callback=check_device_option, help="Device to train on (overrides the recipe's `device`)."),
+        click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
+                     help="Output directory (overrides general_pipeline.save_path)."),
+        print_config_option,
+        click.option("--no-progress", is_flag=True, help=f"No progress bars (one line per {progress_unit} instead)."),
+        output_options,
+    )
+
+    def decorate(command):
+        for option in reversed(options):  # the first listed is the outermost: --help lists them in this order
+            command = option(command)
+        return command
+
+    return decorate
+
+
+def load_recipe_for(load, recipe, overrides, device, out_dir, resume: bool, allow_recipe_change: bool,
+                    print_config: bool):
+    """The validated recipe a :func:`recipe_job_options` verb runs (``load(path, overrides)``, its schema's
+    loader, with ``--set``, ``--device`` and ``--out`` applied), or None when ``--print-config`` printed it."""
+    check_resume_flags(resume, allow_recipe_change)
+    validated = load(recipe, cli_overrides(overrides, device, out_dir))
+    if print_config:
+        echo_recipe(validated)
+        return None
+    return validated
+
+
+def job_log(progress: bool):
+    """The ``log`` a training loop takes: silent under ``--quiet``, None (progress bars) when ``progress``, else
+    one line per step on stdout."""
+    from ..utils.progress import is_quiet
+
+    if is_quiet():
+        return lambda message: None
+    return None if progress else click.echo

@@ -5,28 +5,15 @@ import click
 
 from ..utils.progress import is_quiet
 from ..utils.text import plural
-from . import (allow_recipe_change_option, check_device_option, check_resume_flags, cli_overrides, echo_recipe,
-               output_options, print_config_option)
+from . import job_log, load_recipe_for, recipe_job_options
 
 
 @click.command("pretrain")
 @click.argument("recipe", type=click.Path(dir_okay=False))
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a recipe key, e.g. --set general_pipeline.num_epochs=5 (repeatable; the "
-                   "value is read as YAML).")
-@click.option("--resume", is_flag=True, help="Continue the run in the output directory from its last "
-                                            "checkpoint (last.pt).")
-@allow_recipe_change_option("metrics.json")
-@click.option("--overwrite", is_flag=True, help="Replace a run already in the output directory (the old run "
-                                               "stays until the new one has written its first checkpoint).")
-@click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps", callback=check_device_option,
-              help="Device to train on (overrides the recipe's `device`).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output directory (overrides general_pipeline.save_path).")
-@print_config_option
-@click.option("--no-progress", is_flag=True, help="No progress bars (one line per epoch instead).")
-@output_options
-def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, out_dir, no_progress, print_config):
+@recipe_job_options(job="run", set_example="general_pipeline.num_epochs=5",
+                    resume_help="Continue the run in the output directory from its last checkpoint (last.pt).",
+                    record_file="metrics.json", first_save="written its first checkpoint", progress_unit="epoch")
+def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, out_dir, print_config, no_progress):
     """Pretrain a GPSE encoder from the YAML recipe RECIPE.
 
     The recipe is validated completely before any work starts. Outputs go to
@@ -44,10 +31,9 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
     """
     from ..train.pretraining.schema import load_pretrain_recipe
 
-    check_resume_flags(resume, allow_recipe_change)
-    validated = load_pretrain_recipe(recipe, cli_overrides(overrides, device, out_dir))
-    if print_config:
-        echo_recipe(validated)
+    validated = load_recipe_for(load_pretrain_recipe, recipe, overrides, device, out_dir, resume, allow_recipe_change,
+                                print_config)
+    if validated is None:
         return
 
     from ..train.pretraining import format_r2_table, pretrain
@@ -55,7 +41,7 @@ def command(recipe, overrides, resume, allow_recipe_change, overwrite, device, o
 
     progress = not no_progress and not is_quiet()
     summary = pretrain(validated, resume=resume, progress=progress, overwrite=overwrite,
-                       log=(lambda message: None) if is_quiet() else None if progress else click.echo,
+                       log=job_log(progress),
                        allow_recipe_change=allow_recipe_change, reserve_seconds=REPORT_SECONDS)
     if summary.get("rank"):  # under torchrun rank 0 alone reports
         return

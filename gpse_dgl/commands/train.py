@@ -3,32 +3,20 @@ from __future__ import annotations
 
 import click
 
-from . import (allow_recipe_change_option, check_device_option, check_resume_flags, echo_recipe,
-               output_options, print_config_option)
+from . import job_log, load_recipe_for, recipe_job_options
 
 
 @click.command("train")
 @click.argument("recipe", type=click.Path(dir_okay=False))
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a recipe key, e.g. --set model.pe.source=RWSE (repeatable; the value is read "
-                   "as YAML).")
 @click.option("--seeds", type=click.IntRange(min=1), default=None, metavar="N",
               help="Number of runs with seeds seed .. seed+N-1 (overrides general_pipeline.num_seeds; with "
                    "cross-validation each run draws its own folds).")
-@click.option("--resume", is_flag=True, help="Continue the job in the output directory: finished runs are "
-                                            "kept, an interrupted run continues from its last.pt.")
-@allow_recipe_change_option("results.json")
-@click.option("--overwrite", is_flag=True, help="Replace a job already in the output directory (the old job "
-                                               "stays until the new one has saved its first epoch).")
-@click.option("--device", type=str, default=None, metavar="auto|cpu|cuda|cuda:N|mps", callback=check_device_option,
-              help="Device to train on (overrides the recipe's `device`).")
-@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=None,
-              help="Output directory (overrides general_pipeline.save_path).")
-@print_config_option
-@click.option("--no-progress", is_flag=True, help="No progress bars (one line per run instead).")
-@output_options
-def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, device, out_dir, no_progress,
-            print_config):
+@recipe_job_options(job="job", set_example="model.pe.source=RWSE",
+                    resume_help="Continue the job in the output directory: finished runs are kept, an interrupted "
+                                "run continues from its last.pt.",
+                    record_file="results.json", first_save="saved its first epoch", progress_unit="run")
+def command(recipe, seeds, overrides, resume, allow_recipe_change, overwrite, device, out_dir, print_config,
+            no_progress):
     """Train a downstream model from the YAML recipe RECIPE and report test scores at the best
     validation epoch, mean ± std over the runs.
 
@@ -48,19 +36,16 @@ def command(recipe, overrides, seeds, resume, allow_recipe_change, overwrite, de
     from ..utils.progress import is_quiet
     from ..utils.text import plural
 
-    from . import cli_overrides
-
-    check_resume_flags(resume, allow_recipe_change)
-    validated = load_downstream_recipe(recipe, cli_overrides(overrides, device, out_dir))
-    if print_config:
-        echo_recipe(validated)
+    validated = load_recipe_for(load_downstream_recipe, recipe, overrides, device, out_dir, resume,
+                                allow_recipe_change, print_config)
+    if validated is None:
         return
 
     from ..train.downstream import format_summary, train_downstream
 
     progress = not no_progress and not is_quiet()
     summary = train_downstream(validated, resume=resume, seeds=seeds, progress=progress, overwrite=overwrite,
-                               log=(lambda message: None) if is_quiet() else None if progress else click.echo,
+                               log=job_log(progress),
                                allow_recipe_change=allow_recipe_change)
     if summary.get("rank"):  # under torchrun rank 0 alone reports
         return

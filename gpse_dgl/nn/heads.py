@@ -165,6 +165,13 @@ def post_mp_mlp(dim_in: int, dim_out: int, layers_post_mp: int = 1, halving: boo
     return nn.Sequential(*layers)
 
 
+def reset_linears(mlp: nn.Sequential) -> None:
+    """Draw the weights of every linear layer of ``mlp`` (:func:`post_mp_mlp`'s) again."""
+    for layer in mlp:
+        if isinstance(layer, nn.Linear):
+            layer.reset_parameters()
+
+
 class GraphHead(nn.Module):
     """Graph-level prediction: pool node features per graph, then :func:`post_mp_mlp`.
 
@@ -192,9 +199,7 @@ class GraphHead(nn.Module):
         self.mlp = post_mp_mlp(dim_in, dim_out, layers_post_mp, halving)
 
     def reset_parameters(self):
-        for layer in self.mlp:
-            if isinstance(layer, nn.Linear):
-                layer.reset_parameters()
+        reset_linears(self.mlp)
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         return self.mlp(ops.readout(graph, feat, self.pooling))
@@ -211,9 +216,7 @@ class NodeHead(nn.Module):
         self.mlp = post_mp_mlp(dim_in, dim_out, layers_post_mp, halving)
 
     def reset_parameters(self):
-        for layer in self.mlp:
-            if isinstance(layer, nn.Linear):
-                layer.reset_parameters()
+        reset_linears(self.mlp)
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         return self.mlp(feat)
