@@ -167,17 +167,12 @@ def exp_groups(root, pairs: int) -> tuple[list[dict] | None, str]:
         dataset = load_exp(root or default_root())
     except GPSEError as exc:
         return None, f"EXP: skipped ({str(exc).splitlines()[0]})"
-    graphs = [_structure_only(g) for g in dataset.graphs]
+    from gpse_dgl.utils.graph import structure_only
+
+    graphs = [structure_only(g) for g in dataset.graphs]
     count = min(pairs, len(graphs) // 2)
     return ([{f"exp-{i}a": graphs[2 * i], f"exp-{i}b": graphs[2 * i + 1]} for i in range(count)],
             f"EXP: {count} of {len(graphs) // 2} pairs from {dataset.info['source']}")
-
-
-def _structure_only(graph):
-    import dgl
-
-    src, dst = graph.edges()
-    return dgl.graph((src, dst), num_nodes=graph.num_nodes())
 
 
 def in_sample_graphs(corpus: str, log=print) -> list[dict]:

@@ -34,9 +34,9 @@ from _common import (CLOCKS, add_molecule_timing_options, command_line, load_ave
 
 def _fresh(graphs):
     """Bare copies of the graphs (no ndata), so every way starts from the same input."""
-    import dgl
+    from gpse_dgl.utils.graph import structure_only
 
-    return [dgl.graph(g.edges(), num_nodes=g.num_nodes()) for g in graphs]
+    return [structure_only(g) for g in graphs]
 
 
 def measure(graphs, model, batch_size: int, clock) -> tuple[list, float]:
