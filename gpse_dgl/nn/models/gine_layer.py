@@ -1,14 +1,17 @@
 """GINE convolution (GIN with edge features, Hu et al. 2020) through :mod:`gpse_dgl.nn.ops`."""
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
 from .. import ops
-from .layer_utils import dst_features, reset_module
+from .gin_layer import GINConv
+from .layer_utils import reset_module
 
 
-class GINEConv(nn.Module):
+class GINEConv(GINConv):
     r"""GIN convolution whose messages add the edge features (GraphGPS's local ``GINE`` model).
 
     .. math:: h_i' = f_\Theta\Big((1 + \epsilon)\, h_i + \sum_{j \to i} \mathrm{ReLU}(h_j + W_e e_{ji})\Big)
@@ -43,16 +46,9 @@ class GINEConv(nn.Module):
 
     def __init__(self, apply_func: nn.Module | None = None, init_eps: float = 0.0, learn_eps: bool = False,
                  in_feats: int | None = None, edge_feats: int | None = None, backend: str | None = None):
-        super().__init__()
-        self.apply_func = apply_func
-        self.init_eps = init_eps
-        if learn_eps:
-            self.eps = nn.Parameter(torch.tensor([float(init_eps)]))
-        else:
-            self.register_buffer("eps", torch.tensor([float(init_eps)]))
+        super().__init__(apply_func, init_eps, learn_eps, backend)
         needs_projection = in_feats is not None and edge_feats is not None and in_feats != edge_feats
         self.edge_proj = nn.Linear(edge_feats, in_feats) if needs_projection else None
-        self.backend = backend
 
     def reset_parameters(self):
         self.eps.data.fill_(self.init_eps)
@@ -64,9 +60,4 @@ class GINEConv(nn.Module):
         """``(graph, (N_src, d_in), (E, d_edge)) -> (N_dst, d_out)``."""
         if self.edge_proj is not None:
             edge_feat = self.edge_proj(edge_feat)
-        if self.eps.requires_grad or feat.device.type != "cpu":  # float(eps) would sync a GPU once per layer
-            agg = ops.relu_sum(graph, feat, edge_feat, backend=self.backend)  # float32 under bf16 autocast
-            h = (1 + self.eps) * dst_features(graph, feat) + agg
-        else:  # the self term inside the sum's kernel: one op instead of four, forward and backward
-            h = ops.relu_sum(graph, feat, edge_feat, backend=self.backend, self_weight=1 + float(self.eps))
-        return self.apply_func(h) if self.apply_func is not None else h
+        return self.update(graph, feat, functools.partial(ops.relu_sum, graph, feat, edge_feat, backend=self.backend))
