@@ -47,8 +47,8 @@ class RunFrame:
 
 @contextlib.contextmanager
 def open_run(general: dict, device: str, root: str | os.PathLike, outputs: Iterable[str], *, resume: bool,
-                overwrite: bool, check_directory: Callable, allow_recipe_change: bool = False, cache_dir=None,
-                progress: bool = False, log: Callable[[str], None] = lambda message: None):
+             overwrite: bool, check_directory: Callable, allow_recipe_change: bool = False, cache_dir=None,
+             progress: bool = False, log: Callable[[str], None] = lambda message: None):
     """Open the frame of one run (see the module doc) for a recipe's ``general_pipeline`` section and device
     name; ``outputs`` are what the run writes into ``root`` (what ``--overwrite`` replaces), and
     ``check_directory(root, resume, overwrite)`` raises where ``root`` does not hold what the flags expect."""

@@ -1,8 +1,6 @@
 """GIN convolution (Xu et al. 2019) through :mod:`gpse_dgl.nn.ops`."""
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import nn
 
@@ -59,14 +57,15 @@ class GINConv(nn.Module):
 
     def forward(self, graph, feat: torch.Tensor) -> torch.Tensor:
         """``(graph, (N_src, d_in)) -> (N_dst, d_out)``."""
-        return self.update(graph, feat, functools.partial(ops.copy_u_sum, graph, feat, backend=self.backend))
+        return self.update(graph, feat, ops.copy_u_sum, feat)
 
-    def update(self, graph, feat: torch.Tensor, aggregate) -> torch.Tensor:
-        """:math:`f_\Theta((1 + \epsilon) h_i + a_i)` with :math:`a` = ``aggregate()``, an op of :mod:`gpse_dgl.nn.ops`
-        that takes the self term as ``self_weight`` (its kernel then starts each sum there: one op instead of
-        four, forward and backward), where :math:`\epsilon` can be read without a GPU sync."""
+    def update(self, graph, feat: torch.Tensor, aggregate, *operands) -> torch.Tensor:
+        r""":math:`f_\Theta((1 + \epsilon) h_i + a_i)` with :math:`a` = ``aggregate(graph, *operands)``, an op of
+        :mod:`gpse_dgl.nn.ops` that takes the self term as ``self_weight`` (its kernel then starts each sum there:
+        one op instead of four, forward and backward) where :math:`\epsilon` can be read without a GPU sync."""
         if self.eps.requires_grad or feat.device.type != "cpu":  # float(eps) would sync a GPU once per layer
-            h = (1 + self.eps) * dst_features(graph, feat) + aggregate()  # float32 under bf16 autocast
+            summed = aggregate(graph, *operands, backend=self.backend)  # float32 under bf16 autocast
+            h = (1 + self.eps) * dst_features(graph, feat) + summed
         else:
-            h = aggregate(self_weight=1 + float(self.eps))
+            h = aggregate(graph, *operands, backend=self.backend, self_weight=1 + float(self.eps))
         return self.apply_func(h) if self.apply_func is not None else h

@@ -1,8 +1,6 @@
 """GINE convolution (GIN with edge features, Hu et al. 2020) through :mod:`gpse_dgl.nn.ops`."""
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import nn
 
@@ -60,4 +58,4 @@ class GINEConv(GINConv):
         """``(graph, (N_src, d_in), (E, d_edge)) -> (N_dst, d_out)``."""
         if self.edge_proj is not None:
             edge_feat = self.edge_proj(edge_feat)
-        return self.update(graph, feat, functools.partial(ops.relu_sum, graph, feat, edge_feat, backend=self.backend))
+        return self.update(graph, feat, ops.relu_sum, feat, edge_feat)

@@ -24,8 +24,8 @@ import torch
 from ...encode.models import resolve_checkpoint
 from ...utils import checkpoint as ckpt
 from ...utils.errors import CheckpointError, GPSEError
-from ..rundir import check_resumed_recipe, restore_training_state
 from ...utils.text import first_line
+from ..rundir import check_resumed_recipe, restore_training_state
 from .schema import validate_pretrain_recipe
 
 __all__ = ["RUN_OUTPUTS", "RunPaths", "TrainState", "restore_run", "check_same_run", "check_run_directory",
